@@ -1,0 +1,96 @@
+# ddpdbg -- the only build file. `make help` lists the targets.
+CC       ?= cc
+CXX      ?= c++
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implicit-function-declaration \
+            -Wno-unused-parameter -fopenmp
+CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
+LDFLAGS  += -fopenmp
+LDLIBS   += -lopenblas -lyaml -lm -lpthread
+
+# --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_FOUND = $(if $(NVCC),1,0)
+# No CUDA kernels exist yet: the build is CPU-only whatever is found, and says so.
+BUILD    ?= build/cpu
+BIN      ?= bin
+ifeq ($(MAKELEVEL),0)
+  $(info config: nvcc $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build) -> $(BUILD))
+endif
+
+# --- sources: one list per top-level folder ----------------------------------------------------
+KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
+TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c))
+TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
+obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
+LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS))
+# The trainer and kernels as one archive: a binary links only the objects it uses.
+LIB      := $(BUILD)/libddpdbg.a
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
+TRAIN    := $(BIN)/ddpdbg-train
+
+.PHONY: all test debug bench deps golden clean help format
+all: $(TRAIN) $(TESTS)
+
+$(LIB): $(LIBOBJ)
+	$(call Q,AR)rm -f $@ && ar rcs $@ $^
+$(TRAIN): $(call obj,trainer/main.c) $(LIB)
+	@mkdir -p $(@D)
+	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
+	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
+test: all
+	@bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
+
+debug:
+	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT=-O1 \
+	  CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" test
+
+bench: $(TRAIN) $(BENCHES)
+	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
+
+# Installs the Debian packages the build needs; a no-op when they are present.
+DEB_PKGS := build-essential libopenblas-dev libyaml-dev libsqlite3-dev libncurses-dev \
+            libpng-dev libjpeg-dev libgloo-dev clang
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "deps: all present"; fi
+
+# Regenerates the committed PyTorch reference vectors (needs Debian's python3-torch).
+golden:
+	/usr/bin/python3 tests/golden/make_golden.py tests/golden
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build bin
+
+help:
+	@echo 'make            build bin/ddpdbg-train and the tests (build/cpu)'
+	@echo 'make test [T=x] run every test (or tests/test_x) ; last line "N passed, N failed"'
+	@echo 'make debug      the tests under ASan+UBSan (build/debug)'
+	@echo 'make bench      benchmarks (timings are printed, never asserted)'
+	@echo 'make deps       apt-get the Debian packages the build needs'
+	@echo 'make golden     regenerate tests/golden with python3-torch'
+	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
+
+ifndef V
+  Q = @printf '  %-5s %s\n' $(1) $@;
+endif
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(@D)
+	$(call Q,CXX)$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -c $< -o $@
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,87 @@
+/* tape.h -- the eager autograd tape and its backward engine.
+ *
+ * Forward: every op runs immediately and, when some input requires grad (and grad mode is on),
+ * records one Node: its inputs (the graph's edges, in the order PyTorch's ATen function lists
+ * them), its outputs, an op-specific saved context, and a sequence number (creation order,
+ * PyTorch's sequence_nr).
+ *
+ * Backward (tape_backward) reproduces PyTorch's CPU engine exactly (torch/csrc/autograd/engine.cpp):
+ * - only nodes reachable from the root run; dependencies are counted per edge;
+ * - ready nodes wait in a max-heap on sequence number (libstdc++ push_heap/pop_heap, the same
+ *   std::priority_queue PyTorch uses), AccumulateGrad (a leaf that requires grad) having the
+ *   largest key, so a leaf's gradient is complete, and its ready hook fires, right after the
+ *   last node that uses it has run;
+ * - a leaf the root does not depend on never fires, even if it was used in forward.
+ * A leaf's ready hook is PyTorch's AccumulateGrad post hook, what DDP's reducer listens to. */
+#ifndef TRAINER_TAPE_H
+#define TRAINER_TAPE_H
+
+#include "trainer/tensor.h"
+
+typedef struct Tape Tape;
+
+typedef struct OpInfo {
+    const char *name;
+    // Reads n->out[k]->grad (always allocated by the engine before the call) and ACCUMULATES
+    // into tape_grad(tape, n->in[i]) for every input with requires_grad.
+    void (*backward)(Tape *tape, Node *n);
+} OpInfo;
+
+struct Node {
+    const OpInfo *info;
+    uint64_t seq;      // creation order on this tape, from 1
+    int n_in, n_out;
+    Tensor **in;       // edges, in PyTorch's next_edges order; entries may not require grad
+    Tensor **out;
+    void *ctx;         // op-specific saved state, from tape_alloc
+    // engine scratch
+    int64_t deps;
+    uint64_t mark;
+};
+
+// Called once per leaf per backward, right after its gradient is complete.
+typedef void (*GradReadyFn)(void *user, Tensor *leaf);
+
+struct Tape {
+    Arena *arena;          // step arena: nodes, activations, activation grads
+    KernelCtx kc;          // passed to every kernel
+    Node **nodes;          // in creation order
+    int64_t n_nodes, cap_nodes;
+    uint64_t next_seq;
+    uint64_t epoch;        // bumped by every graph walk (marks)
+    bool grad_enabled;     // false: ops record nothing (torch.no_grad)
+    bool training;         // module mode (dropout, batchnorm statistics)
+    GradReadyFn on_grad_ready;
+    void *hook_user;
+};
+
+// The tape borrows `arena`; n_threads >= 1.
+void tape_init(Tape *t, Arena *arena, int n_threads);
+void tape_free(Tape *t);
+// Forgets all nodes and resets the arena (everything recorded or allocated is gone).
+void tape_reset(Tape *t);
+
+// Whether an op over these inputs must record a node: grad mode on and any input requires grad.
+bool tape_needs_grad(const Tape *t, Tensor *const *in, int n_in);
+// Records a node if tape_needs_grad; marks the outputs requires_grad with grad_fn set.
+// Returns NULL (and marks nothing) when no node is needed. Copies the in/out arrays.
+Node *tape_record(Tape *t, const OpInfo *info, Tensor *const *in, int n_in, Tensor *const *out,
+                  int n_out);
+// Op-saved state, freed with the step arena.
+void *tape_alloc(Tape *t, size_t nbytes);
+// The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
+// grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
+float *tape_grad(Tape *t, Tensor *x);
+
+// Runs backward from `root`. root_grad: d(root), root->n floats; NULL means 1 and then root
+// must have exactly one element (PyTorch: "grad can be implicitly created only for scalar
+// outputs"). Returns 0, or -1 with a message when root does not require grad.
+int tape_backward(Tape *t, Tensor *root, const float *root_grad);
+
+// find_unused_parameters' graph search: walks from every root's grad_fn along the edges and
+// sets unused[i] = true for each leaves[i] that is not reached (a leaf that is itself a root
+// counts as reached). Roots that do not require grad reach nothing.
+void tape_find_unreachable(Tape *t, Tensor *const *roots, int n_roots, Tensor *const *leaves,
+                           int n_leaves, bool *unused);
+
+#endif

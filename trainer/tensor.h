@@ -1,0 +1,87 @@
+/* tensor.h -- Tensor and Arena: the data half of the autograd core (the tape is tape.h).
+ *
+ * A Tensor is a contiguous, row-major fp32 array of up to TENSOR_MAX_DIMS dims on one device.
+ * Tensors never own memory: an Arena does. There is no tensor_free; arena_reset/arena_free
+ * release everything allocated from the arena at once.
+ *
+ * Gradients: `grad` is NULL until a gradient flows into the tensor during backward (the tape
+ * allocates it, zeroed, from its step arena). Leaves that require grad (parameters, or test
+ * inputs) model PyTorch's `.grad`: their buffer may be allocated up front, and `grad_defined`
+ * says whether it holds a gradient (false = PyTorch's `grad is None`). */
+#ifndef TRAINER_TENSOR_H
+#define TRAINER_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+#define TENSOR_MAX_DIMS 6
+
+typedef struct Node Node;
+
+typedef struct Tensor {
+    float *data;                     // numel floats on `dev`
+    float *grad;                     // numel floats on `dev`, or NULL (see header)
+    int64_t shape[TENSOR_MAX_DIMS];  // shape[0..ndim-1]
+    int ndim;                        // 0 = scalar (numel 1)
+    int64_t n;                       // numel
+    Device dev;
+    bool requires_grad;              // part of the autograd graph
+    bool grad_defined;               // leaves: grad holds a value (PyTorch: grad is not None)
+    int param_index;                 // index in the model's parameter list, -1 otherwise
+    Node *grad_fn;                   // the node that produced it; NULL for leaves and constants
+    int out_index;                   // which output of grad_fn this is
+    // engine scratch, valid during one tape_backward (see tape.c)
+    int64_t deps;
+    uint64_t mark;
+} Tensor;
+
+// ---- Arena: bump allocation in chunks; reset keeps the chunks for reuse ----
+typedef struct ArenaChunk ArenaChunk;
+typedef struct Arena {
+    const Backend *be;     // where chunks live
+    ArenaChunk *chunks;    // newest first
+    size_t chunk_bytes;    // default size of a new chunk
+    size_t used;           // bytes handed out since the last reset
+    size_t peak;           // max of `used` over the arena's life
+    size_t reserved;       // bytes held in chunks
+} Arena;
+
+// chunk_bytes: size of each chunk (a larger request gets a chunk of its own).
+void arena_init(Arena *a, Device dev, size_t chunk_bytes);
+// Releases every chunk. arena_free on a zeroed Arena is a no-op.
+void arena_free(Arena *a);
+// Forgets every allocation but keeps the chunks; everything allocated before is invalid.
+// Chunks are merged into one of the peak size, so a steady-state step reuses a single block.
+void arena_reset(Arena *a);
+// 64-byte aligned, uninitialised, never NULL (aborts when memory is exhausted).
+void *arena_alloc(Arena *a, size_t nbytes);
+
+// ---- construction (data uninitialised unless stated) ----
+Tensor *tensor_new(Arena *a, int ndim, const int64_t *shape);
+Tensor *tensor_zeros(Arena *a, int ndim, const int64_t *shape);
+Tensor *tensor_scalar(Arena *a, float value);
+// Same shape and device as `like`.
+Tensor *tensor_like(Arena *a, const Tensor *like);
+// A tensor header over existing memory of the same numel (a view: shares data, no grad).
+Tensor *tensor_view(Arena *a, float *data, int ndim, const int64_t *shape);
+// Convenience shapes. tensor_nd(a, 3, (int64_t[]){B, N, C}) is the general form.
+Tensor *tensor_1d(Arena *a, int64_t d0);
+Tensor *tensor_2d(Arena *a, int64_t d0, int64_t d1);
+Tensor *tensor_3d(Arena *a, int64_t d0, int64_t d1, int64_t d2);
+Tensor *tensor_4d(Arena *a, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+// A leaf that requires grad with its grad buffer allocated (grad_defined false), as for
+// parameters and gradcheck inputs.
+Tensor *tensor_leaf(Arena *a, int ndim, const int64_t *shape);
+
+// ---- queries ----
+int64_t shape_numel(int ndim, const int64_t *shape);
+bool tensor_same_shape(const Tensor *a, const Tensor *b);
+// Dimension d, negative d counts from the end (as PyTorch).
+int64_t tensor_dim(const Tensor *t, int d);
+// Writes "2x3x4" (or "" for a scalar) into buf; returns buf.
+char *tensor_shape_str(const Tensor *t, char *buf, size_t len);
+
+#endif
