@@ -24,7 +24,8 @@ KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
 TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c))
 TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
 obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
-LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS))
+MODELS   := $(sort $(wildcard trainer/models/*.yaml))
+LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS)) $(BUILD)/gen/models.o
 # The trainer and kernels as one archive: a binary links only the objects it uses.
 LIB      := $(BUILD)/libddpdbg.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
@@ -82,6 +83,12 @@ help:
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
 	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
+
+$(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
+	@mkdir -p $(@D)
+	$(call Q,GEN)sh trainer/models/embed.sh $@ $(MODELS)
+$(BUILD)/gen/models.o: $(BUILD)/gen/models.c
+	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 ifndef V
   Q = @printf '  %-5s %s\n' $(1) $@;

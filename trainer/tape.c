@@ -22,7 +22,46 @@ void tape_init(Tape *t, Arena *arena, int n_threads) {
     t->next_seq = 1;
 }
 
+// ---- released gradient buffers, reused by size (numel) ----
+// A free buffer stores the next free buffer of its size in its first bytes: every arena
+// allocation is at least 64 bytes, so a pointer fits even for a 1-element gradient.
+#define POOL_SLOTS 1024 // open addressing; distinct gradient sizes of one model are far fewer
+
+typedef struct GradPool {
+    int64_t numel[POOL_SLOTS]; // 0 = empty slot
+    void *head[POOL_SLOTS];
+} GradPool;
+
+static int64_t pool_slot(GradPool *p, int64_t n) {
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < POOL_SLOTS; i++) {
+        int64_t s = (int64_t)((h + (uint64_t)i) % POOL_SLOTS);
+        if (p->numel[s] == n || p->numel[s] == 0) return s;
+    }
+    return -1; // full: the caller just allocates
+}
+
+static float *pool_take(Tape *t, int64_t n) {
+    if (!t->pool) return NULL;
+    int64_t s = pool_slot(t->pool, n);
+    if (s < 0 || t->pool->numel[s] != n || !t->pool->head[s]) return NULL;
+    void *buf = t->pool->head[s];
+    memcpy(&t->pool->head[s], buf, sizeof(void *));
+    return buf;
+}
+
+static void pool_give(Tape *t, float *buf, int64_t n) {
+    if (!t->pool) t->pool = xcalloc(1, sizeof(GradPool));
+    int64_t s = pool_slot(t->pool, n);
+    if (s < 0) return;
+    t->pool->numel[s] = n;
+    memcpy(buf, &t->pool->head[s], sizeof(void *));
+    t->pool->head[s] = buf;
+}
+
 void tape_free(Tape *t) {
+    free(t->pool);
+    t->pool = NULL;
     free(t->nodes);
     t->nodes = NULL;
     t->n_nodes = t->cap_nodes = 0;
@@ -30,6 +69,7 @@ void tape_free(Tape *t) {
 
 void tape_reset(Tape *t) {
     t->n_nodes = 0;
+    if (t->pool) memset(t->pool, 0, sizeof *t->pool); // its buffers live in the arena
     arena_reset(t->arena);
 }
 
@@ -75,7 +115,8 @@ float *tape_grad(Tape *t, Tensor *x) {
     CHECK(x->requires_grad, "tape_grad on a tensor that does not require grad");
     bool is_leaf = x->grad_fn == NULL;
     if (!x->grad) {
-        x->grad = arena_alloc(t->arena, (size_t)MAX(x->n, 1) * sizeof(float));
+        x->grad = pool_take(t, x->n);
+        if (!x->grad) x->grad = arena_alloc(t->arena, (size_t)MAX(x->n, 1) * sizeof(float));
         backend_need(x->dev)->fill(&t->kc, x->grad, 0.0f, x->n);
         x->grad_defined = true;
     } else if (is_leaf && !x->grad_defined) {
@@ -240,6 +281,14 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
         Node *n = task.node;
         for (int k = 0; k < n->n_out; k++) tape_grad(t, n->out[k]);
         n->info->backward(t, n);
+        if (!t->keep_grads)
+            for (int k = 0; k < n->n_out; k++) {
+                Tensor *y = n->out[k];
+                if (y == root) continue; // the caller may read d(root)
+                pool_give(t, y->grad, y->n);
+                y->grad = NULL;
+                y->grad_defined = false;
+            }
         for (int i = 0; i < n->n_in; i++) {
             Node *next;
             Tensor *leaf;

@@ -53,6 +53,11 @@ struct Tape {
     bool training;         // module mode (dropout, batchnorm statistics)
     GradReadyFn on_grad_ready;
     void *hook_user;
+    // Backward releases a node's output gradients once the node has run (PyTorch frees them
+    // too), and tape_grad reuses released buffers of the same size: peak memory holds the
+    // live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
+    bool keep_grads;
+    struct GradPool *pool;
 };
 
 // The tape borrows `arena`; n_threads >= 1.
