@@ -2,11 +2,12 @@
 CC       ?= cc
 CXX      ?= c++
 OPT      ?= -O2
+SAN      ?=
 CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implicit-function-declaration \
+CFLAGS   += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implicit-function-declaration \
             -Wno-unused-parameter -fopenmp
 CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
-LDFLAGS  += -fopenmp
+LDFLAGS  += -fopenmp $(SAN)
 LDLIBS   += -lopenblas -lyaml -lm -lpthread
 
 # --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
@@ -48,9 +49,8 @@ test: all
 	@bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
 
 debug:
-	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT=-O1 \
-	  CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" test
+	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT="-O1 -fno-omit-frame-pointer" \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
 bench: $(TRAIN) $(BENCHES)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
