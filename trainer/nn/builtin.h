@@ -1,4 +1,4 @@
-/* builtin.h -- the model yaml files compiled into the binary (trainer/models/*.yaml, embedded
+/* builtin.h -- the model yaml files compiled into the binary (trainer/models/<name>.yaml, embedded
  * by trainer/models/embed.sh at build time). */
 #ifndef TRAINER_NN_BUILTIN_H
 #define TRAINER_NN_BUILTIN_H

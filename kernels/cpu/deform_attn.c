@@ -1,0 +1,201 @@
+/* deform_attn.c -- bilinear sampling exactly as PyTorch's CPU grid_sampler_2d (bilinear,
+ * padding_mode='zeros', align_corners=False), and its two users: grid_sample on (B,C,H,W)
+ * images and Ultralytics' multi-scale deformable attention on (B,N,NH,D) token maps.
+ * One helper computes a point's four taps; the users differ only in the stride between
+ * neighbouring pixels (1 in an image plane, NH*D in a token map). */
+#include <math.h>
+#include <stdbool.h>
+
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+// Levels of one deformable-attention call (RT-DETR uses 3; the level offsets live on the stack).
+#define MSDEFORM_MAX_LEVELS 16
+
+typedef struct Taps {
+    int64_t off[4];   // pixel index y*W + x of the nw, ne, sw, se corners (0 where outside)
+    bool in[4];       // corner inside [0,W) x [0,H); outside corners read 0, get no gradient
+    float wt[4];      // interpolation weights of nw, ne, sw, se
+    float n, s, w, e; // distances from the point to its north, south, west and east pixels
+} Taps;
+
+// Grid coordinates (gx, gy) in [-1, 1] -> the taps on an H x W plane. PyTorch unnormalises
+// with (g + 1) * (size / 2) - 0.5 and builds the weights from the fractional parts
+// (w = x - floor(x), e = 1 - w, ...); the same float operations run here in the same order.
+// Bounds are tested on the floored floats so that a NaN or huge coordinate is never converted
+// to an integer: it reads zeros, and its NaN weights make the sample NaN, as in PyTorch.
+static inline Taps bilinear_taps(float gx, float gy, int64_t H, int64_t W) {
+    Taps t;
+    float x = (gx + 1.0f) * ((float)W / 2) - 0.5f;
+    float y = (gy + 1.0f) * ((float)H / 2) - 0.5f;
+    float xw = floorf(x), yn = floorf(y);
+    t.w = x - xw;
+    t.e = 1.0f - t.w;
+    t.n = y - yn;
+    t.s = 1.0f - t.n;
+    t.wt[0] = t.s * t.e;
+    t.wt[1] = t.s * t.w;
+    t.wt[2] = t.n * t.e;
+    t.wt[3] = t.n * t.w;
+
+    bool w_in = xw >= 0.0f && xw < (float)W, e_in = xw >= -1.0f && xw < (float)(W - 1);
+    bool n_in = yn >= 0.0f && yn < (float)H, s_in = yn >= -1.0f && yn < (float)(H - 1);
+    t.in[0] = n_in && w_in;
+    t.in[1] = n_in && e_in;
+    t.in[2] = s_in && w_in;
+    t.in[3] = s_in && e_in;
+    // Any corner inside puts xw in [-1, W-1] and yn in [-1, H-1]: the conversion is safe.
+    int64_t nw = 0;
+    if (t.in[0] || t.in[1] || t.in[2] || t.in[3]) nw = (int64_t)yn * W + (int64_t)xw;
+    int64_t off[4] = {nw, nw + 1, nw + W, nw + W + 1};
+    for (int k = 0; k < 4; k++)
+        t.off[k] = t.in[k] ? off[k] : 0;
+    return t;
+}
+
+static inline float tap(const float *plane, int64_t stride, const Taps *t, int k) {
+    return t->in[k] ? plane[t->off[k] * stride] : 0.0f;
+}
+
+// One channel's sample; PyTorch's sum order (nw + ne) + sw + se.
+static inline float bilinear_sample(const float *plane, int64_t stride, const Taps *t) {
+    return tap(plane, stride, t, 0) * t->wt[0] + tap(plane, stride, t, 1) * t->wt[1] +
+           tap(plane, stride, t, 2) * t->wt[2] + tap(plane, stride, t, 3) * t->wt[3];
+}
+
+// The adjoint of bilinear_sample for one channel, given go = d(sample): scatters wt[k] * go
+// into the inside corners of dplane (skipped when NULL) and adds this channel's share of the
+// gradient w.r.t. the pixel coordinates (x, y) to *gx, *gy. The caller multiplies the sums by
+// d(x)/d(gx) = W/2 and d(y)/d(gy) = H/2, as PyTorch does after its channel loop. Returns the
+// sample itself (bilinear_sample's value), which deformable attention's weight gradient needs.
+static inline float bilinear_backward(float *dplane, const float *plane, int64_t stride,
+                                      const Taps *t, float go, float *gx, float *gy) {
+    if (dplane)
+        for (int k = 0; k < 4; k++)
+            if (t->in[k]) dplane[t->off[k] * stride] += t->wt[k] * go;
+    float nw = tap(plane, stride, t, 0), ne = tap(plane, stride, t, 1);
+    float sw = tap(plane, stride, t, 2), se = tap(plane, stride, t, 3);
+    *gx += ((ne - nw) * t->s + (se - sw) * t->n) * go;
+    *gy += ((sw - nw) * t->e + (se - ne) * t->w) * go;
+    return nw * t->wt[0] + ne * t->wt[1] + sw * t->wt[2] + se * t->wt[3];
+}
+
+// ---- grid_sample ----
+void grid_sample_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B,
+                         int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+    int64_t HW = H * W, P = Ho * Wo;
+#pragma omp parallel for num_threads(kc->n_threads) if (B * P * C > 32768)
+    for (int64_t bp = 0; bp < B * P; bp++) {
+        int64_t b = bp / P, pt = bp % P;
+        Taps t = bilinear_taps(grid[2 * bp], grid[2 * bp + 1], H, W);
+        for (int64_t c = 0; c < C; c++)
+            out[(b * C + c) * P + pt] = bilinear_sample(x + (b * C + c) * HW, 1, &t);
+    }
+}
+
+// One task per image: each thread owns dx[b], so the scatter has no races.
+void grid_sample_bwd_cpu(KernelCtx *kc, float *dx, float *dgrid, const float *dout, const float *x,
+                         const float *grid, int64_t B, int64_t C, int64_t H, int64_t W, int64_t Ho,
+                         int64_t Wo) {
+    int64_t HW = H * W, P = Ho * Wo;
+#pragma omp parallel for num_threads(kc->n_threads) if (B > 1 && B * P * C > 32768)
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t pt = 0; pt < P; pt++) {
+            const float *g = grid + 2 * (b * P + pt);
+            Taps t = bilinear_taps(g[0], g[1], H, W);
+            float gx = 0.0f, gy = 0.0f;
+            for (int64_t c = 0; c < C; c++) {
+                int64_t plane = (b * C + c) * HW;
+                bilinear_backward(dx ? dx + plane : NULL, x + plane, 1, &t,
+                                  dout[(b * C + c) * P + pt], &gx, &gy);
+            }
+            if (dgrid) {
+                dgrid[2 * (b * P + pt)] += gx * ((float)W / 2);
+                dgrid[2 * (b * P + pt) + 1] += gy * ((float)H / 2);
+            }
+        }
+    }
+}
+
+// ---- multi-scale deformable attention ----
+// start[l] = first token of level l; checks that the levels fill value's N tokens.
+static void level_starts(int64_t *start, const int64_t *shapes, int L, int64_t N) {
+    CHECK(L >= 1 && L <= MSDEFORM_MAX_LEVELS, "msdeform_attn: %d levels (1..%d supported)", L,
+          MSDEFORM_MAX_LEVELS);
+    int64_t n = 0;
+    for (int l = 0; l < L; l++) {
+        start[l] = n;
+        n += shapes[2 * l] * shapes[2 * l + 1];
+    }
+    CHECK(n == N, "msdeform_attn: levels hold %lld tokens, value has %lld", (long long)n,
+          (long long)N);
+}
+
+// Index i = (b*Lq + q)*NH + h walks out's (B, Lq, NH) rows of D floats, and loc/aw's
+// (B, Lq, NH) blocks of L*P points. Each task writes only its own output row.
+void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const float *loc,
+                           const float *aw, const int64_t *shapes, int64_t B, int64_t N, int NH,
+                           int D, int L, int64_t Lq, int P) {
+    int64_t start[MSDEFORM_MAX_LEVELS];
+    level_starts(start, shapes, L, N);
+    int64_t stride = (int64_t)NH * D, rows = B * Lq * NH;
+#pragma omp parallel for num_threads(kc->n_threads) if (rows * L * P * D > 32768)
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t b = i / (Lq * NH), h = i % NH;
+        float *o = out + i * D;
+        for (int d = 0; d < D; d++)
+            o[d] = 0.0f;
+        for (int l = 0; l < L; l++) {
+            const float *plane = value + (b * N + start[l]) * stride + h * D;
+            for (int p = 0; p < P; p++) {
+                int64_t j = (i * L + l) * P + p;
+                // grid = 2 * loc - 1, as the PyTorch code computes it before grid_sample
+                Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
+                                       shapes[2 * l], shapes[2 * l + 1]);
+                float a = aw[j];
+                for (int d = 0; d < D; d++)
+                    o[d] += bilinear_sample(plane + d, stride, &t) * a;
+            }
+        }
+    }
+}
+
+// One task per (b, h): it alone touches value[b, :, h, :] (so the dvalue scatter has no
+// races) and the loc/aw entries of head h of batch b. Per point: the sample's gradient is
+// g*a (g = dout row), daw = sum_d g*sample, and the coordinate gradient is grid_sample's.
+void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw, const float *dout,
+                           const float *value, const float *loc, const float *aw,
+                           const int64_t *shapes, int64_t B, int64_t N, int NH, int D, int L,
+                           int64_t Lq, int P) {
+    int64_t start[MSDEFORM_MAX_LEVELS];
+    level_starts(start, shapes, L, N);
+    int64_t stride = (int64_t)NH * D;
+#pragma omp parallel for num_threads(kc->n_threads) if (B * NH * Lq * L * P * D > 32768)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, h = bh % NH;
+        for (int64_t q = 0; q < Lq; q++) {
+            int64_t i = (b * Lq + q) * NH + h;
+            const float *g = dout + i * D;
+            for (int l = 0; l < L; l++) {
+                int64_t Hl = shapes[2 * l], Wl = shapes[2 * l + 1];
+                int64_t base = (b * N + start[l]) * stride + h * D;
+                for (int p = 0; p < P; p++) {
+                    int64_t j = (i * L + l) * P + p;
+                    Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
+                                           Hl, Wl);
+                    float a = aw[j], gx = 0.0f, gy = 0.0f, ga = 0.0f;
+                    for (int d = 0; d < D; d++)
+                        ga += g[d] * bilinear_backward(dvalue ? dvalue + base + d : NULL,
+                                                       value + base + d, stride, &t, g[d] * a, &gx,
+                                                       &gy);
+                    if (daw) daw[j] += ga;
+                    // d(loc) = 2 d(grid): the grid is 2 * loc - 1
+                    if (dloc) {
+                        dloc[2 * j] += 2.0f * (gx * ((float)Wl / 2));
+                        dloc[2 * j + 1] += 2.0f * (gy * ((float)Hl / 2));
+                    }
+                }
+            }
+        }
+    }
+}

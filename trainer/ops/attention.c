@@ -1,0 +1,161 @@
+/* attention.c -- op_mha_core: F.multi_head_attention_forward (torch 2.x, need_weights=True
+ * path, dropout 0) for batch-first tensors, up to and excluding out_proj. Heads are column
+ * blocks of the (B, L, E) projections, so every per-(batch, head) product is a gemm_batched
+ * over the NH heads of one batch element with row stride E and head stride D: no permutes.
+ * Kernels: gemm (kernels/cpu/gemm.c), bias rows and the masked softmax (kernels/cpu/attention.c).
+ * Backward derivation: trainer/ops/README.md. */
+#include <math.h>
+
+#include "trainer/ops/ops.h"
+
+#include "kernels/base.h"
+
+// Saved for backward (step arena): the projections after scaling (qs = q * scale, what the
+// score GEMM read) and the attention probabilities.
+typedef struct MhaCtx {
+    float *qs;    // (B, Lq, E)
+    float *k, *v; // (B, Lk, E)
+    float *p;     // (B, NH, Lq, Lk)
+    int n_heads;
+    float scale; // sqrt(1 / D)
+} MhaCtx;
+
+// y (M, E) = x (M, E) @ w_rows^T + b_rows, w_rows the E rows of in_proj_weight starting at
+// row `block` * E (PyTorch chunks in_proj_weight/in_proj_bias into q, k, v blocks).
+static void project(Tape *t, const Backend *be, float *y, const float *x, const Tensor *w,
+                    const Tensor *b, int block, int64_t M, int64_t E) {
+    be->bias_rows_fwd(&t->kc, y, b->data + block * E, M, E);
+    be->gemm(&t->kc, false, true, M, E, E, 1.0f, x, E, w->data + block * E * E, E, 1.0f, y, E);
+}
+
+// The adjoint of project for dy (M, E): dx += dy @ w_rows, dw_rows += dy^T @ x,
+// db_rows += column sums of dy.
+static void project_backward(Tape *t, const Backend *be, const float *dy, Tensor *x, Tensor *w,
+                             Tensor *b, int block, int64_t M, int64_t E) {
+    if (x->requires_grad)
+        be->gemm(&t->kc, false, false, M, E, E, 1.0f, dy, E, w->data + block * E * E, E, 1.0f,
+                 tape_grad(t, x), E);
+    if (w->requires_grad)
+        be->gemm(&t->kc, true, false, E, E, M, 1.0f, dy, E, x->data, E, 1.0f,
+                 tape_grad(t, w) + block * E * E, E);
+    if (b->requires_grad) be->bias_rows_bwd(&t->kc, tape_grad(t, b) + block * E, dy, M, E);
+}
+
+static void mha_core_backward(Tape *t, Node *n) {
+    Tensor *query = n->in[0], *key = n->in[1], *value = n->in[2];
+    Tensor *bias = n->in[3], *w = n->in[4], *out = n->out[0];
+    const MhaCtx *c = n->ctx;
+    const Backend *be = backend_need(query->dev);
+    int64_t B = query->shape[0], Lq = query->shape[1], E = query->shape[2], Lk = key->shape[1];
+    int NH = c->n_heads;
+    int64_t D = E / NH, LL = Lq * Lk;
+    const float *dout = out->grad;
+
+    float *dqs = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
+    float *dq = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
+    float *dk = be->alloc(sizeof(float) * (size_t)(B * Lk * E));
+    float *dv = be->alloc(sizeof(float) * (size_t)(B * Lk * E));
+    float *dp = be->alloc(sizeof(float) * (size_t)(NH * LL)); // one batch element at a time
+    float *ds = be->alloc(sizeof(float) * (size_t)(NH * LL));
+    for (int64_t b = 0; b < B; b++) {
+        const float *p = c->p + b * NH * LL, *g = dout + b * Lq * E;
+        const float *qs = c->qs + b * Lq * E, *k = c->k + b * Lk * E, *v = c->v + b * Lk * E;
+        // per head: dP = dO V^T, dV = P^T dO, dS = softmax'(P) dP, dQs = dS K, dK = dS^T Qs
+        be->gemm_batched(&t->kc, NH, false, true, Lq, Lk, D, 1.0f, g, E, D, v, E, D, 0.0f, dp, Lk,
+                         LL);
+        be->gemm_batched(&t->kc, NH, true, false, Lk, D, Lq, 1.0f, p, Lk, LL, g, E, D, 0.0f,
+                         dv + b * Lk * E, E, D);
+        be->fill(&t->kc, ds, 0.0f, NH * LL);
+        be->attn_softmax_bwd(&t->kc, ds, dp, p, NH * Lq, Lk);
+        be->gemm_batched(&t->kc, NH, false, false, Lq, D, Lk, 1.0f, ds, Lk, LL, k, E, D, 0.0f,
+                         dqs + b * Lq * E, E, D);
+        be->gemm_batched(&t->kc, NH, true, false, Lk, D, Lq, 1.0f, ds, Lk, LL, qs, E, D, 0.0f,
+                         dk + b * Lk * E, E, D);
+    }
+    // qs = q * scale, so dq = dqs * scale (0 + scale*x: the product rounded once, as PyTorch)
+    be->fill(&t->kc, dq, 0.0f, B * Lq * E);
+    be->axpy(&t->kc, dq, c->scale, dqs, B * Lq * E);
+
+    project_backward(t, be, dq, query, w, bias, 0, B * Lq, E);
+    project_backward(t, be, dk, key, w, bias, 1, B * Lk, E);
+    project_backward(t, be, dv, value, w, bias, 2, B * Lk, E);
+    be->free(ds);
+    be->free(dp);
+    be->free(dv);
+    be->free(dk);
+    be->free(dq);
+    be->free(dqs);
+}
+
+static const OpInfo mha_core_info = {"mha_core", mha_core_backward};
+
+Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *in_proj_weight,
+                    Tensor *in_proj_bias, int n_heads, const uint8_t *attn_mask) {
+    char qs_[64], ks[64], vs[64], ws[64];
+    CHECK(query->ndim == 3 && key->ndim == 3 && tensor_same_shape(key, value) &&
+              query->shape[0] == key->shape[0] && query->shape[2] == key->shape[2],
+          "op_mha_core: query %s, key %s, value %s: need (B,Lq,E), (B,Lk,E), (B,Lk,E)",
+          tensor_shape_str(query, qs_, 64), tensor_shape_str(key, ks, 64),
+          tensor_shape_str(value, vs, 64));
+    int64_t B = query->shape[0], Lq = query->shape[1], E = query->shape[2], Lk = key->shape[1];
+    CHECK(in_proj_weight->ndim == 2 && in_proj_weight->shape[0] == 3 * E &&
+              in_proj_weight->shape[1] == E && in_proj_bias->ndim == 1 &&
+              in_proj_bias->shape[0] == 3 * E,
+          "op_mha_core: in_proj_weight %s, in_proj_bias of %lld for E = %lld: need (3E,E), (3E)",
+          tensor_shape_str(in_proj_weight, ws, 64), (long long)in_proj_bias->n, (long long)E);
+    CHECK(n_heads >= 1 && E % n_heads == 0, "op_mha_core: E = %lld is not divisible by %d heads",
+          (long long)E, n_heads);
+    CHECK(key->dev == query->dev && value->dev == query->dev && in_proj_weight->dev == query->dev &&
+              in_proj_bias->dev == query->dev,
+          "op_mha_core: mixed devices");
+    const Backend *be = backend_need(query->dev);
+    KERNEL_CHECK(be, bias_rows_fwd);
+    KERNEL_CHECK(be, bias_rows_bwd);
+    KERNEL_CHECK(be, attn_softmax_fwd);
+    KERNEL_CHECK(be, attn_softmax_bwd);
+    int NH = n_heads;
+    int64_t D = E / NH, LL = Lq * Lk;
+    // math.sqrt(1.0 / float(E)) in Python's double, applied to a float tensor as a float
+    float scale = (float)sqrt(1.0 / (double)D);
+
+    MhaCtx c = {.n_heads = NH, .scale = scale};
+    c.qs = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lq * E));
+    c.k = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lk * E));
+    c.v = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lk * E));
+    c.p = arena_alloc(t->arena, sizeof(float) * (size_t)(B * NH * LL));
+
+    float *q = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
+    project(t, be, q, query->data, in_proj_weight, in_proj_bias, 0, B * Lq, E);
+    be->fill(&t->kc, c.qs, 0.0f, B * Lq * E);
+    be->axpy(&t->kc, c.qs, scale, q, B * Lq * E); // q * scale, rounded once
+    be->free(q);
+    project(t, be, c.k, key->data, in_proj_weight, in_proj_bias, 1, B * Lk, E);
+    project(t, be, c.v, value->data, in_proj_weight, in_proj_bias, 2, B * Lk, E);
+
+    // The mask goes to the tensors' device; the kernels read it there.
+    uint8_t *mask = NULL;
+    if (attn_mask) {
+        mask = arena_alloc(t->arena, (size_t)LL);
+        be->to_device(mask, attn_mask, (size_t)LL);
+    }
+
+    // scores (B, NH, Lq, Lk) = qs_h k_h^T per head, softmax in place, out_h = P v_h
+    Tensor *out = tensor_3d(t->arena, B, Lq, E);
+    for (int64_t b = 0; b < B; b++)
+        be->gemm_batched(&t->kc, NH, false, true, Lq, Lk, D, 1.0f, c.qs + b * Lq * E, E, D,
+                         c.k + b * Lk * E, E, D, 0.0f, c.p + b * NH * LL, Lk, LL);
+    be->attn_softmax_fwd(&t->kc, c.p, c.p, mask, B * NH, Lq, Lk);
+    for (int64_t b = 0; b < B; b++)
+        be->gemm_batched(&t->kc, NH, false, false, Lq, D, Lk, 1.0f, c.p + b * NH * LL, Lk, LL,
+                         c.v + b * Lk * E, E, D, 0.0f, out->data + b * Lq * E, E, D);
+
+    Node *n =
+        tape_record(t, &mha_core_info,
+                    (Tensor *[]){query, key, value, in_proj_bias, in_proj_weight}, 5, &out, 1);
+    if (n) {
+        MhaCtx *saved = tape_alloc(t, sizeof *saved);
+        *saved = c;
+        n->ctx = saved;
+    }
+    return out;
+}
