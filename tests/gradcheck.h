@@ -20,7 +20,7 @@ typedef struct GcOptions {
     double tol;        // max relative error (default 1e-2)
     double floor;      // denominator floor (default 1e-3)
     int max_coords;    // per input (default 1000)
-    bool training;     // tape->training during the check (default true)
+    bool training;     // tape->training during the check (false unless set)
 } GcOptions;
 
 // Returns the number of failing coordinates (0 = pass) and prints the worst one per input.

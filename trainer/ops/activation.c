@@ -1,0 +1,189 @@
+/* activation.c -- unary elementwise ops: activations, inverse_sigmoid, dropout and the
+ * loss-side unary ops (neg, exp, log, abs, pow, clamp, scale, add_scalar).
+ * Kernels: kernels/cpu/elementwise.c. Each backward reads what PyTorch's formula reads
+ * (the input, or the output for sigmoid and exp). */
+#include "trainer/ops/ops.h"
+
+#include "kernels/base.h" // CHECK, xmalloc
+#include "trainer/rng.h"
+
+typedef void (*UnaryFwd)(KernelCtx *kc, float *out, const float *inp, int64_t n);
+
+static Tensor *unary(Tape *t, Tensor *x, UnaryFwd fwd, const OpInfo *info) {
+    Tensor *y = tensor_like(t->arena, x);
+    fwd(&t->kc, y->data, x->data, x->n);
+    tape_record(t, info, &x, 1, &y, 1);
+    return y;
+}
+
+// The ops whose kernels take no parameter: op_<name>, <name>_info and <name>_backward, with
+// <name>_bwd reading SAVED, the forward's input x or output y.
+#define UNARY_OP(name, SAVED)                                                                      \
+    static void name##_backward(Tape *t, Node *n) {                                                \
+        Tensor *x = n->in[0], *y = n->out[0];                                                      \
+        const Backend *be = backend_need(x->dev);                                                  \
+        KERNEL_CHECK(be, name##_bwd);                                                              \
+        be->name##_bwd(&t->kc, tape_grad(t, x), SAVED->data, y->grad, x->n);                       \
+    }                                                                                              \
+    static const OpInfo name##_info = {#name, name##_backward};                                    \
+    Tensor *op_##name(Tape *t, Tensor *x) {                                                        \
+        const Backend *be = backend_need(x->dev);                                                  \
+        KERNEL_CHECK(be, name##_fwd);                                                              \
+        return unary(t, x, be->name##_fwd, &name##_info);                                          \
+    }
+
+UNARY_OP(relu, x)
+UNARY_OP(silu, x)
+UNARY_OP(gelu, x)
+UNARY_OP(sigmoid, y)
+UNARY_OP(inverse_sigmoid, x)
+UNARY_OP(exp, y)
+UNARY_OP(log, x)
+UNARY_OP(abs, x)
+
+// ---- scale, neg, add_scalar: gradients are axpy's ----
+typedef struct ScaleCtx {
+    float s;
+} ScaleCtx;
+
+static void scale_backward(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    const ScaleCtx *c = n->ctx;
+    backend_need(x->dev)->axpy(&t->kc, tape_grad(t, x), c->s, y->grad, x->n);
+}
+
+static const OpInfo scale_info = {"scale", scale_backward};
+static const OpInfo neg_info = {"neg", scale_backward};
+
+static Tensor *scale_op(Tape *t, Tensor *x, float s, const OpInfo *info) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, scale_fwd);
+    Tensor *y = tensor_like(t->arena, x);
+    be->scale_fwd(&t->kc, y->data, x->data, s, x->n);
+    Node *n = tape_record(t, info, &x, 1, &y, 1);
+    if (n) {
+        ScaleCtx *c = tape_alloc(t, sizeof *c);
+        c->s = s;
+        n->ctx = c;
+    }
+    return y;
+}
+
+Tensor *op_scale(Tape *t, Tensor *x, float s) {
+    return scale_op(t, x, s, &scale_info);
+}
+
+// -x is exactly (-1) * x in IEEE arithmetic, and its gradient exactly -dout.
+Tensor *op_neg(Tape *t, Tensor *x) {
+    return scale_op(t, x, -1.0f, &neg_info);
+}
+
+static void add_scalar_backward(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    backend_need(x->dev)->axpy(&t->kc, tape_grad(t, x), 1.0f, y->grad, x->n);
+}
+
+static const OpInfo add_scalar_info = {"add_scalar", add_scalar_backward};
+
+Tensor *op_add_scalar(Tape *t, Tensor *x, float s) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, add_scalar_fwd);
+    Tensor *y = tensor_like(t->arena, x);
+    be->add_scalar_fwd(&t->kc, y->data, x->data, s, x->n);
+    tape_record(t, &add_scalar_info, &x, 1, &y, 1);
+    return y;
+}
+
+// ---- pow with a scalar exponent ----
+static void pow_scalar_backward(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    const ScaleCtx *c = n->ctx;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, pow_scalar_bwd);
+    be->pow_scalar_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->s, x->n);
+}
+
+static const OpInfo pow_scalar_info = {"pow_scalar", pow_scalar_backward};
+
+Tensor *op_pow_scalar(Tape *t, Tensor *x, float exponent) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, pow_scalar_fwd);
+    Tensor *y = tensor_like(t->arena, x);
+    be->pow_scalar_fwd(&t->kc, y->data, x->data, exponent, x->n);
+    Node *n = tape_record(t, &pow_scalar_info, &x, 1, &y, 1);
+    if (n) {
+        ScaleCtx *c = tape_alloc(t, sizeof *c);
+        c->s = exponent;
+        n->ctx = c;
+    }
+    return y;
+}
+
+// ---- clamp ----
+typedef struct ClampCtx {
+    float lo, hi;
+} ClampCtx;
+
+static void clamp_backward(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    const ClampCtx *c = n->ctx;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, clamp_bwd);
+    be->clamp_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->lo, c->hi, x->n);
+}
+
+static const OpInfo clamp_info = {"clamp", clamp_backward};
+
+Tensor *op_clamp(Tape *t, Tensor *x, float lo, float hi) {
+    CHECK(!(lo > hi), "op_clamp: lo %g > hi %g", (double)lo, (double)hi);
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, clamp_fwd);
+    Tensor *y = tensor_like(t->arena, x);
+    be->clamp_fwd(&t->kc, y->data, x->data, lo, hi, x->n);
+    Node *n = tape_record(t, &clamp_info, &x, 1, &y, 1);
+    if (n) {
+        ClampCtx *c = tape_alloc(t, sizeof *c);
+        c->lo = lo;
+        c->hi = hi;
+        n->ctx = c;
+    }
+    return y;
+}
+
+// ---- dropout ----
+// As PyTorch's CPU _dropout_impl: noise = bernoulli(1 - p) / (1 - p); y = x * noise; the
+// gradient is dout * noise. The mask comes from one Rng seeded by `seed`, drawn in element
+// order, so it is the same for any thread count and on any device.
+static void dropout_backward(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0], *mask = n->ctx;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, mul_bwd);
+    be->mul_bwd(&t->kc, tape_grad(t, x), NULL, y->grad, x->data, mask->data, x->ndim, x->shape,
+                x->shape);
+}
+
+static const OpInfo dropout_info = {"dropout", dropout_backward};
+
+Tensor *op_dropout(Tape *t, Tensor *x, float p, uint64_t seed) {
+    CHECK(p >= 0.0f && p <= 1.0f, "op_dropout: p = %g outside [0, 1]", (double)p);
+    if (!t->training || p == 0.0f) return x;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, mul_fwd);
+    Tensor *mask = tensor_like(t->arena, x);
+    if (x->n > 0) {
+        // p == 1 keeps nothing; PyTorch then multiplies by zeros (no 0 * inf).
+        float keep = (float)(1.0 - (double)p), scale = p < 1.0f ? 1.0f / keep : 0.0f;
+        float *host = xmalloc(sizeof(float) * (size_t)x->n);
+        Rng rng;
+        rng_init(&rng, seed);
+        for (int64_t i = 0; i < x->n; i++)
+            host[i] = rng_uniform(&rng) < keep ? scale : 0.0f;
+        be->to_device(mask->data, host, sizeof(float) * (size_t)x->n);
+        free(host);
+    }
+    Tensor *y = tensor_like(t->arena, x);
+    be->mul_fwd(&t->kc, y->data, x->data, mask->data, x->ndim, x->shape, x->shape);
+    Node *n = tape_record(t, &dropout_info, &x, 1, &y, 1);
+    if (n) n->ctx = mask;
+    return y;
+}
