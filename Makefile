@@ -8,7 +8,7 @@ CFLAGS   += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implici
             -Wno-unused-parameter -fopenmp
 CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
-LDLIBS   += -lopenblas -lyaml -lm -lpthread
+LDLIBS   += -lyaml -lm -lpthread -ldl
 
 # --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -56,7 +56,7 @@ bench: $(TRAIN) $(BENCHES)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
 
 # Installs the Debian packages the build needs; a no-op when they are present.
-DEB_PKGS := build-essential libopenblas-dev libyaml-dev libsqlite3-dev libncurses-dev \
+DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev libncurses-dev \
             libpng-dev libjpeg-dev libgloo-dev clang
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

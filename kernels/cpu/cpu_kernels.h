@@ -27,15 +27,154 @@ void gemm_batched_cpu(KernelCtx *kc, int64_t batch, bool trans_a, bool trans_b, 
                       float *C, int64_t ldc, int64_t stride_c);
 
 // BEGIN elementwise
+// ---- elementwise.c ----
+void relu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void relu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
+void silu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void silu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
+void gelu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void gelu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
+void sigmoid_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void sigmoid_bwd_cpu(KernelCtx *kc, float *dinp, const float *out, const float *dout, int64_t n);
+void inverse_sigmoid_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void inverse_sigmoid_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout,
+                             int64_t n);
+void exp_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void exp_bwd_cpu(KernelCtx *kc, float *dinp, const float *out, const float *dout, int64_t n);
+void log_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void log_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
+void abs_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
+void abs_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
+void pow_scalar_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float e, int64_t n);
+void pow_scalar_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, float e,
+                        int64_t n);
+void clamp_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float lo, float hi, int64_t n);
+void clamp_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, float lo,
+                   float hi, int64_t n);
+void scale_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float s, int64_t n);
+void add_scalar_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float s, int64_t n);
+void add_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void sub_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void mul_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void div_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void maximum_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                     const int64_t *a_shape, const int64_t *b_shape);
+void minimum_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                     const int64_t *a_shape, const int64_t *b_shape);
+void add_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void sub_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape);
+void mul_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                 const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
+void div_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                 const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
+void maximum_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                     const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
+void minimum_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                     const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
+void bce_logits_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *y, int64_t n);
+void bce_logits_bwd_cpu(KernelCtx *kc, float *dx, float *dy, const float *dout, const float *x,
+                        const float *y, int64_t n);
+// ---- reduce.c ----
+void sum_dim_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t outer, int64_t r,
+                     int64_t inner);
+void mean_dim_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t outer, int64_t r,
+                      int64_t inner);
+void sum_dim_bwd_cpu(KernelCtx *kc, float *dinp, const float *dout, int64_t outer, int64_t r,
+                     int64_t inner);
+void mean_dim_bwd_cpu(KernelCtx *kc, float *dinp, const float *dout, int64_t outer, int64_t r,
+                      int64_t inner);
+void softmax_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t rows, int64_t cols);
+void softmax_bwd_cpu(KernelCtx *kc, float *dinp, const float *out, const float *dout,
+                     int64_t rows, int64_t cols);
+// ---- norm.c ----
+void layernorm_fwd_cpu(KernelCtx *kc, float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, const float *bias, int64_t rows, int64_t E,
+                       float eps);
+void layernorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *mean, const float *rstd,
+                       const float *weight, int64_t rows, int64_t E);
+void batchnorm_train_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
+                             float *running_mean, float *running_var, const float *inp,
+                             const float *weight, const float *bias, int64_t B, int64_t C,
+                             int64_t HW, float momentum, double eps);
+void batchnorm_eval_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
+                            const float *inp, const float *running_mean, const float *running_var,
+                            const float *weight, const float *bias, int64_t B, int64_t C,
+                            int64_t HW, double eps);
+void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight,
+                       const float *save_mean, const float *save_invstd, int64_t B, int64_t C,
+                       int64_t HW, bool training);
 // END elementwise
 
 // BEGIN conv
+// ---- conv.c ----
+void conv2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *w, const float *bias,
+                    int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t OH,
+                    int64_t OW, int KH, int KW, Conv2dParams p);
+void conv2d_bwd_cpu(KernelCtx *kc, float *dx, float *dw, float *dbias, const float *dout,
+                    const float *x, const float *w, int64_t B, int64_t C, int64_t H, int64_t W,
+                    int64_t OC, int64_t OH, int64_t OW, int KH, int KW, Conv2dParams p);
+// ---- pool.c ----
+void maxpool2d_fwd_cpu(KernelCtx *kc, float *out, int32_t *idx, const float *x, int64_t n_planes,
+                       int64_t H, int64_t W, int64_t OH, int64_t OW, Pool2dParams p);
+void maxpool2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, const int32_t *idx,
+                       int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW);
+// ---- resample.c ----
+void pad2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, int64_t n_planes, int64_t H,
+                   int64_t W, int left, int right, int top, int bottom);
+void pad2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, int64_t n_planes, int64_t H,
+                   int64_t W, int left, int right, int top, int bottom);
+void upsample_nearest2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, int64_t n_planes,
+                                int64_t H, int64_t W, int scale);
+void upsample_nearest2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, int64_t n_planes,
+                                int64_t H, int64_t W, int scale);
 // END conv
 
 // BEGIN attention
+// ---- attention.c ----
+void bias_rows_fwd_cpu(KernelCtx *kc, float *out, const float *bias, int64_t M, int64_t N);
+void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
+void attn_softmax_fwd_cpu(KernelCtx *kc, float *p, const float *s, const uint8_t *mask,
+                          int64_t BH, int64_t Lq, int64_t Lk);
+void attn_softmax_bwd_cpu(KernelCtx *kc, float *ds, const float *dp, const float *p, int64_t R,
+                          int64_t Lk);
+// ---- deform_attn.c ----
+void grid_sample_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B,
+                         int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo);
+void grid_sample_bwd_cpu(KernelCtx *kc, float *dx, float *dgrid, const float *dout,
+                         const float *x, const float *grid, int64_t B, int64_t C, int64_t H,
+                         int64_t W, int64_t Ho, int64_t Wo);
+void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const float *loc,
+                           const float *aw, const int64_t *shapes, int64_t B, int64_t N, int NH,
+                           int D, int L, int64_t Lq, int P);
+void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw,
+                           const float *dout, const float *value, const float *loc,
+                           const float *aw, const int64_t *shapes, int64_t B, int64_t N, int NH,
+                           int D, int L, int64_t Lq, int P);
 // END attention
 
 // BEGIN layout
+void permute_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int ndim, const int64_t *shape,
+                     const int *perm);
+void permute_bwd_cpu(KernelCtx *kc, float *dinp, const float *dout, int ndim,
+                     const int64_t *shape, const int *perm);
+void block_copy_cpu(KernelCtx *kc, float *out, int64_t out_stride, const float *inp,
+                    int64_t in_stride, int64_t outer, int64_t inner);
+void block_add_cpu(KernelCtx *kc, float *out, int64_t out_stride, const float *inp,
+                   int64_t in_stride, int64_t outer, int64_t inner);
+void gather_rows_fwd_cpu(KernelCtx *kc, float *out, const float *inp, const int64_t *idx,
+                         int64_t idx_stride, int64_t outer, int64_t n_src, int64_t n_idx,
+                         int64_t inner);
+void gather_rows_bwd_cpu(KernelCtx *kc, float *dinp, const float *dout, const int64_t *idx,
+                         int64_t idx_stride, int64_t outer, int64_t n_src, int64_t n_idx,
+                         int64_t inner);
 // END layout
 
 #endif

@@ -1,10 +1,9 @@
-/* gemm.c -- row-major GEMM through OpenBLAS's cblas_sgemm.
+/* gemm.c -- row-major GEMM through OpenBLAS's sgemm (kernels/cpu/blas.c loads it).
  * A (M,K) or its transpose stored (K,M); B (K,N) or stored (N,K); C (M,N).
  * OpenBLAS threads itself (set_threads_cpu sets its count); gemm_batched runs the batch
  * sequentially and lets each GEMM use every thread, which suits our few-but-large batches. */
-#include <cblas.h>
-
 #include "kernels/base.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 void gemm_cpu(KernelCtx *kc, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -18,9 +17,8 @@ void gemm_cpu(KernelCtx *kc, bool trans_a, bool trans_b, int64_t M, int64_t N, i
         return;
     }
     CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "gemm too large for cblas int");
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
-                B, (int)ldb, beta, C, (int)ldc);
+    blas_sgemm(trans_a, trans_b, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C,
+               (int)ldc);
 }
 
 void gemm_batched_cpu(KernelCtx *kc, int64_t batch, bool trans_a, bool trans_b, int64_t M,

@@ -1,0 +1,332 @@
+/* conv.c -- nn.Conv2d forward and backward on the CPU, three paths:
+ * - depthwise (groups == C == OC): a direct kernel, parallel over planes (forward, dx) or
+ *   channels (dw), with no GEMM;
+ * - pointwise (1x1, stride 1, no padding): the image is already the column matrix, so one
+ *   GEMM per image and group, no copy;
+ * - everything else: im2col in chunks of output rows, then per image, group and chunk
+ *   out_g (OCg, rows*OW) = W_g (OCg, Cg*KH*KW) @ col (Cg*KH*KW, rows*OW); backward
+ *   dW_g += dout_g @ col^T and dcol = W_g^T @ dout_g, folded back into dx by col2im.
+ * Threads: the GEMM paths leave all threading to OpenBLAS. im2col/col2im are memory-bound and
+ * stay on one thread because an OpenMP region just before a threaded GEMM leaves libgomp's
+ * workers spinning on the cores OpenBLAS's threads need (2-thread GEMMs then ran slower than
+ * 1-thread ones on a 2-core machine). */
+#include "kernels/base.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+// Column scratch cap, in floats (16 MiB): RT-DETR-L's largest im2col at 320 px (3x3 over
+// 64 channels at 80x80, 3.7M floats) fits in one chunk; bigger inputs are chunked by rows.
+#define COL_MAX_FLOATS ((int64_t)1 << 22)
+
+// Multiply-adds below which a depthwise loop stays on one thread.
+#define PAR_MIN_WORK ((int64_t)1 << 15)
+
+typedef struct Geom {
+    int64_t B, C, H, W, OC, OH, OW;
+    int KH, KW;
+    Conv2dParams p;
+    int64_t Cg, OCg; // channels per group, in and out
+    int64_t K;       // rows of the column matrix: Cg*KH*KW
+} Geom;
+
+static Geom geom(int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t OH, int64_t OW,
+                 int KH, int KW, Conv2dParams p) {
+    CHECK(p.groups >= 1 && C % p.groups == 0 && OC % p.groups == 0,
+          "conv2d: groups %d must divide C %lld and OC %lld", p.groups, (long long)C,
+          (long long)OC);
+    Geom g = {B, C, H, W, OC, OH, OW, KH, KW, p, C / p.groups, OC / p.groups, 0};
+    g.K = g.Cg * KH * KW;
+    return g;
+}
+
+// The outputs o in [*lo, *hi) whose input index o*stride + off lies in [0, n); n_out outputs.
+static void valid_range(int64_t off, int stride, int64_t n, int64_t n_out, int64_t *lo,
+                        int64_t *hi) {
+    int64_t a = off >= 0 ? 0 : CEIL_DIV(-off, stride);
+    int64_t b = n - 1 - off >= 0 ? (n - 1 - off) / stride + 1 : 0;
+    *lo = MIN(a, n_out);
+    *hi = MAX(*lo, MIN(b, n_out));
+}
+
+static bool is_pointwise(const Geom *g) {
+    const Conv2dParams *p = &g->p;
+    return g->KH == 1 && g->KW == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 0 &&
+           p->pad_w == 0;
+}
+
+static bool is_depthwise(const Geom *g) { return g->p.groups == g->C && g->OC == g->C; }
+
+// The inner loops of im2col, col2im and the depthwise kernels, over n outputs of one row.
+// Strides 1 and 2 (all that RT-DETR uses) get loops of their own, with a constant stride the
+// compiler turns into vector loads and shuffles instead of element-by-element gathers.
+// y[i] = x[i * stride]
+static void copy_gather(float *restrict y, const float *restrict x, int64_t stride, int64_t n) {
+    if (stride == 1) {
+        if (n > 0) memcpy(y, x, sizeof(float) * (size_t)n);
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] = x[i * 2];
+    } else {
+        for (int64_t i = 0; i < n; i++) y[i] = x[i * stride];
+    }
+}
+
+// y[i] += a * x[i * stride]
+static void axpy_gather(float *restrict y, float a, const float *restrict x, int64_t stride,
+                        int64_t n) {
+    if (stride == 1) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] += a * x[i * 2];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] += a * x[i * stride];
+    }
+}
+
+// y[i * stride] += a * x[i]
+static void axpy_scatter(float *restrict y, int64_t stride, float a, const float *restrict x,
+                         int64_t n) {
+    if (stride == 1) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i * 2] += a * x[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i * stride] += a * x[i];
+    }
+}
+
+// sum_i x[i] * y[i * stride]
+static float dot_gather(const float *x, const float *y, int64_t stride, int64_t n) {
+    float acc = 0.0f;
+    if (stride == 1) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i];
+    } else if (stride == 2) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i * 2];
+    } else {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i * stride];
+    }
+    return acc;
+}
+
+// Output rows per im2col chunk, so that the column matrix stays under COL_MAX_FLOATS.
+static int64_t chunk_rows(const Geom *g) {
+    return MAX(1, MIN(g->OH, COL_MAX_FLOATS / (g->K * g->OW)));
+}
+
+// col (K, n_oh*OW) for output rows [oh0, oh0+n_oh) of one group's input x (Cg,H,W).
+// Row r = (c*KH + kh)*KW + kw; zero where the window reads padding.
+static void im2col(const Geom *g, float *col, const float *x, int64_t oh0, int64_t n_oh) {
+    const Conv2dParams *p = &g->p;
+    const int64_t OW = g->OW, n = n_oh * OW;
+    for (int64_t r = 0; r < g->K; r++) {
+        int64_t c = r / (g->KH * g->KW);
+        int kh = (int)(r / g->KW % g->KH), kw = (int)(r % g->KW);
+        int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
+        valid_range(off, p->stride_w, g->W, OW, &lo, &hi);
+        const float *xc = x + c * g->H * g->W;
+        float *dst = col + r * n;
+        for (int64_t oh = oh0; oh < oh0 + n_oh; oh++, dst += OW) {
+            int64_t ih = oh * p->stride_h - p->pad_h + (int64_t)kh * p->dil_h;
+            if (ih < 0 || ih >= g->H) {
+                memset(dst, 0, (size_t)OW * sizeof(float));
+                continue;
+            }
+            const float *src = xc + ih * g->W;
+            for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+            copy_gather(dst + lo, src + lo * p->stride_w + off, p->stride_w, hi - lo);
+            for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
+        }
+    }
+}
+
+// dx (Cg,H,W) += the columns of dcol (K, n_oh*OW), im2col's adjoint.
+static void col2im(const Geom *g, float *dx, const float *dcol, int64_t oh0, int64_t n_oh) {
+    const Conv2dParams *p = &g->p;
+    const int64_t OW = g->OW, n = n_oh * OW;
+    for (int64_t c = 0; c < g->Cg; c++) {
+        float *dxc = dx + c * g->H * g->W;
+        for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++) {
+                const float *src = dcol + ((c * g->KH + kh) * g->KW + kw) * n;
+                int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
+                valid_range(off, p->stride_w, g->W, OW, &lo, &hi);
+                for (int64_t oh = oh0; oh < oh0 + n_oh; oh++, src += OW) {
+                    int64_t ih = oh * p->stride_h - p->pad_h + (int64_t)kh * p->dil_h;
+                    if (ih < 0 || ih >= g->H) continue;
+                    axpy_scatter(dxc + ih * g->W + lo * p->stride_w + off, p->stride_w, 1.0f,
+                                 src + lo, hi - lo);
+                }
+            }
+    }
+}
+
+// ---- depthwise: out[b,c] = sum_{kh,kw} w[c,kh,kw] * x[b,c] shifted, one plane at a time ----
+// Loops run tap by tap (kh, kw), then over the rows and columns the tap reaches inside the
+// image, so the bounds are computed once per tap and the inner loop is a plain vector update.
+
+static void depthwise_fwd(KernelCtx *kc, const Geom *g, float *out, const float *x,
+                          const float *w, const float *bias) {
+    const Conv2dParams *p = &g->p;
+    const int64_t n_planes = g->B * g->C, sw = p->stride_w;
+    const int64_t work = n_planes * g->OH * g->OW * g->KH * g->KW;
+#pragma omp parallel for num_threads(kc->n_threads) if (work > PAR_MIN_WORK)
+    for (int64_t bc = 0; bc < n_planes; bc++) {
+        const int64_t c = bc % g->C;
+        const float *xp = x + bc * g->H * g->W, *wc = w + c * g->KH * g->KW;
+        float *op = out + bc * g->OH * g->OW;
+        const float b0 = bias ? bias[c] : 0.0f;
+        for (int64_t i = 0; i < g->OH * g->OW; i++) op[i] = b0;
+        for (int kh = 0; kh < g->KH; kh++) {
+            int64_t offh = (int64_t)kh * p->dil_h - p->pad_h, oh_lo, oh_hi;
+            valid_range(offh, p->stride_h, g->H, g->OH, &oh_lo, &oh_hi);
+            for (int kw = 0; kw < g->KW; kw++) {
+                int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
+                valid_range(off, p->stride_w, g->W, g->OW, &lo, &hi);
+                const float wv = wc[kh * g->KW + kw];
+                for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
+                    const float *xrow = xp + (oh * p->stride_h + offh) * g->W;
+                    axpy_gather(op + oh * g->OW + lo, wv, xrow + lo * sw + off, sw, hi - lo);
+                }
+            }
+        }
+    }
+}
+
+// Parallel over channels, images inside: dx planes are disjoint per (b,c), and dw[c] sums over
+// every image, so one thread owns channel c for both.
+static void depthwise_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw, const float *dout,
+                          const float *x, const float *w) {
+    const Conv2dParams *p = &g->p;
+    const int64_t sw = p->stride_w;
+    const int64_t work = g->B * g->C * g->OH * g->OW * g->KH * g->KW;
+#pragma omp parallel for num_threads(kc->n_threads) if (work > PAR_MIN_WORK)
+    for (int64_t c = 0; c < g->C; c++) {
+        for (int64_t b = 0; b < g->B; b++) {
+            const int64_t bc = b * g->C + c;
+            const float *xp = x + bc * g->H * g->W, *dop = dout + bc * g->OH * g->OW;
+            float *dxp = dx ? dx + bc * g->H * g->W : NULL;
+            for (int kh = 0; kh < g->KH; kh++) {
+                int64_t offh = (int64_t)kh * p->dil_h - p->pad_h, oh_lo, oh_hi;
+                valid_range(offh, p->stride_h, g->H, g->OH, &oh_lo, &oh_hi);
+                for (int kw = 0; kw < g->KW; kw++) {
+                    int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
+                    valid_range(off, p->stride_w, g->W, g->OW, &lo, &hi);
+                    const int tap = kh * g->KW + kw;
+                    const float wv = w[c * g->KH * g->KW + tap];
+                    float acc = 0.0f;
+                    for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
+                        const int64_t row = (oh * p->stride_h + offh) * g->W;
+                        const float *drow = dop + oh * g->OW + lo;
+                        if (dxp) axpy_scatter(dxp + row + lo * sw + off, sw, wv, drow, hi - lo);
+                        if (dw) acc += dot_gather(drow, xp + row + lo * sw + off, sw, hi - lo);
+                    }
+                    if (dw) dw[c * g->KH * g->KW + tap] += acc;
+                }
+            }
+        }
+    }
+}
+
+// ---- entry points ----
+
+void conv2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *w, const float *bias,
+                    int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t OH,
+                    int64_t OW, int KH, int KW, Conv2dParams p) {
+    const Geom g = geom(B, C, H, W, OC, OH, OW, KH, KW, p);
+    if (is_depthwise(&g)) {
+        depthwise_fwd(kc, &g, out, x, w, bias);
+        return;
+    }
+    const int64_t HW = H * W, OHW = OH * OW, rows = chunk_rows(&g);
+    const bool pointwise = is_pointwise(&g);
+    float *col = pointwise ? NULL : alloc_cpu(sizeof(float) * (size_t)(g.K * rows * OW));
+    for (int64_t b = 0; b < B; b++)
+        for (int grp = 0; grp < p.groups; grp++) {
+            const float *xg = x + (b * C + grp * g.Cg) * HW, *wg = w + grp * g.OCg * g.K;
+            float *og = out + (b * OC + grp * g.OCg) * OHW;
+            if (pointwise) {
+                gemm_cpu(kc, false, false, g.OCg, HW, g.Cg, 1.0f, wg, g.K, xg, HW, 0.0f, og, HW);
+                continue;
+            }
+            for (int64_t oh0 = 0; oh0 < OH; oh0 += rows) {
+                const int64_t n_oh = MIN(rows, OH - oh0), n = n_oh * OW;
+                im2col(&g, col, xg, oh0, n_oh);
+                gemm_cpu(kc, false, false, g.OCg, n, g.K, 1.0f, wg, g.K, col, n, 0.0f,
+                         og + oh0 * OW, OHW);
+            }
+        }
+    free_cpu(col);
+    if (!bias) return;
+    for (int64_t bo = 0; bo < B * OC; bo++) {
+        float *o = out + bo * OHW;
+        const float v = bias[bo % OC];
+        for (int64_t i = 0; i < OHW; i++) o[i] += v;
+    }
+}
+
+void conv2d_bwd_cpu(KernelCtx *kc, float *dx, float *dw, float *dbias, const float *dout,
+                    const float *x, const float *w, int64_t B, int64_t C, int64_t H, int64_t W,
+                    int64_t OC, int64_t OH, int64_t OW, int KH, int KW, Conv2dParams p) {
+    const Geom g = geom(B, C, H, W, OC, OH, OW, KH, KW, p);
+    const int64_t HW = H * W, OHW = OH * OW;
+    if (dbias) {
+        for (int64_t oc = 0; oc < OC; oc++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < B; b++) {
+                const float *d = dout + (b * OC + oc) * OHW;
+                float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                for (int64_t i = 0; i < OHW; i++) s += d[i];
+                acc += s;
+            }
+            dbias[oc] += acc;
+        }
+    }
+    if (!dx && !dw) return;
+    if (is_depthwise(&g)) {
+        depthwise_bwd(kc, &g, dx, dw, dout, x, w);
+        return;
+    }
+    const int64_t rows = chunk_rows(&g);
+    const bool pointwise = is_pointwise(&g);
+    float *col = pointwise ? NULL : alloc_cpu(sizeof(float) * (size_t)(g.K * rows * OW));
+    for (int64_t b = 0; b < B; b++)
+        for (int grp = 0; grp < p.groups; grp++) {
+            const float *xg = x + (b * C + grp * g.Cg) * HW, *wg = w + grp * g.OCg * g.K;
+            const float *dg = dout + (b * OC + grp * g.OCg) * OHW;
+            float *dxg = dx ? dx + (b * C + grp * g.Cg) * HW : NULL;
+            float *dwg = dw ? dw + grp * g.OCg * g.K : NULL;
+            if (pointwise) {
+                if (dwg) // dW_g += dout_g @ x_g^T
+                    gemm_cpu(kc, false, true, g.OCg, g.Cg, HW, 1.0f, dg, HW, xg, HW, 1.0f, dwg,
+                             g.K);
+                if (dxg) // dx_g += W_g^T @ dout_g
+                    gemm_cpu(kc, true, false, g.Cg, HW, g.OCg, 1.0f, wg, g.K, dg, HW, 1.0f, dxg,
+                             HW);
+                continue;
+            }
+            for (int64_t oh0 = 0; oh0 < OH; oh0 += rows) {
+                const int64_t n_oh = MIN(rows, OH - oh0), n = n_oh * OW;
+                const float *dchunk = dg + oh0 * OW;
+                if (dwg) {
+                    im2col(&g, col, xg, oh0, n_oh);
+                    gemm_cpu(kc, false, true, g.OCg, g.K, n, 1.0f, dchunk, OHW, col, n, 1.0f, dwg,
+                             g.K);
+                }
+                if (dxg) { // the column buffer is free again: reuse it for dcol
+                    gemm_cpu(kc, true, false, g.K, n, g.OCg, 1.0f, wg, g.K, dchunk, OHW, 0.0f, col,
+                             n);
+                    col2im(&g, dxg, col, oh0, n_oh);
+                }
+            }
+        }
+    free_cpu(col);
+}
