@@ -8,7 +8,7 @@ CFLAGS   += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implici
             -Wno-unused-parameter -fopenmp
 CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
-LDLIBS   += -lyaml -lm -lpthread -ldl
+LDLIBS   += -lyaml -lpng -ljpeg -lm -lpthread -ldl
 
 # --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)

@@ -1,8 +1,9 @@
 # rtdetr_hooks.py -- writes rtdetr-l.hooks.txt: the order in which PyTorch fires the 575
 # AccumulateGrad hooks (what DDP's reducer listens to) in one training-mode backward of
 # rtdetr-l at 160 px, batch 1, with the 8 denoising queries of tests/test_model.c's dn_hook and
-# its loss (weighted sums of the four outputs). The modules are the Ultralytics 8.3 code
-# (nn/modules/{conv,block,transformer,head}.py) re-typed without Ultralytics itself, built from
+# its loss (weighted sums of the four outputs). The model is our own small PyTorch rendering of
+# the modules described in ../shared/docs/rtdetr.md section 2, keeping the operation order of
+# Ultralytics 8.3's forward passes (Ultralytics itself is not needed), built from
 # trainer/models/rtdetr-l.yaml by a small parse_model. Only the graph's structure matters, not
 # the values. Run with Debian's python3-torch (1.13) and python3-yaml from the repository root:
 #   /usr/bin/python3 tests/golden/params/rtdetr_hooks.py > tests/golden/params/rtdetr-l.hooks.txt
