@@ -68,6 +68,7 @@ deps:
 # Regenerates the committed PyTorch reference vectors (needs Debian's python3-torch).
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py tests/golden
+	/usr/bin/python3 tests/golden/make_optim.py tests/golden
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
