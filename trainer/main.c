@@ -1,9 +1,11 @@
 /* main.c -- bin/ddpdbg-train, the command line: `ddpdbg-train COMMAND key=value ...`, with
- * Ultralytics-style key=value arguments. Commands: params (the parameter listing of a
- * model). Bad input is one line on stderr and exit status 2; --help prints the usage. */
+ * Ultralytics-style key=value arguments (trainer/cli.h). Commands: params (the parameter
+ * listing of a model), synth (writes the synthetic dataset, trainer/cmd_synth.c). Bad input is one line on stderr and exit status 2; --help prints the usage. */
 #include <stdlib.h>
 
 #include "kernels/base.h"       // DIE
+#include "trainer/cli.h"
+#include "trainer/cmd_synth.h"  // cmd_synth
 #include "trainer/nn/builtin.h" // builtin_models (listed by the usage)
 #include "trainer/nn/rtdetr.h"
 
@@ -13,55 +15,21 @@ static void usage(FILE *f) {
                "  params model=M [nc=K]  print every parameter of model M (index, state-dict\n"
                "                         name, shape) and the totals; nc=K overrides the\n"
                "                         yaml's class count\n"
+               "  synth out=DIR [n=1000 imgsz=128 classes=3 empty=0.1 seed=0]\n"
+               "                         write a synthetic YOLO dataset of shapes (train/val\n"
+               "                         split, DIR/data.yaml)\n"
                "models: a yaml path, or a built-in:");
     for (int i = 0; i < n_builtin_models; i++)
         fprintf(f, " %s", builtin_models[i].name);
     fprintf(f, "\n");
 }
 
-// One key=value argument of a command: `key` names it, *value receives the text.
-typedef struct KeyArg {
-    const char *key;
-    const char **value;
-} KeyArg;
-
-// Matches every argv entry against keys; a missing '=', an unknown or a repeated key is
-// fatal (exit 2) with one line naming it.
-static void parse_keys(const char *cmd, int argc, char **argv, const KeyArg *keys, int n_keys) {
-    for (int i = 0; i < argc; i++) {
-        const char *eq = strchr(argv[i], '=');
-        if (!eq || eq == argv[i])
-            DIE(2, "ddpdbg-train %s: expected key=value, got '%s'", cmd, argv[i]);
-        size_t len = (size_t)(eq - argv[i]);
-        int k = 0;
-        while (k < n_keys && (strlen(keys[k].key) != len || strncmp(keys[k].key, argv[i], len)))
-            k++;
-        if (k == n_keys) {
-            char expected[256] = "";
-            for (int j = 0; j < n_keys; j++)
-                snprintf(expected + strlen(expected), sizeof expected - strlen(expected),
-                         "%s%s=", j ? ", " : "", keys[j].key);
-            DIE(2, "ddpdbg-train %s: unknown argument '%s' (expected %s)", cmd, argv[i], expected);
-        }
-        if (*keys[k].value) DIE(2, "ddpdbg-train %s: '%s' given twice", cmd, keys[k].key);
-        *keys[k].value = eq + 1;
-    }
-}
-
-static int parse_positive(const char *cmd, const char *key, const char *text) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < 1 || v > 1000000)
-        DIE(2, "ddpdbg-train %s: %s must be a positive integer, got '%s'", cmd, key, text);
-    return (int)v;
-}
-
 static int cmd_params(int argc, char **argv) {
     const char *model = NULL, *nc_text = NULL;
     const KeyArg keys[] = {{"model", &model}, {"nc", &nc_text}};
-    parse_keys("params", argc, argv, keys, 2);
+    cli_parse_keys("params", argc, argv, keys, 2);
     if (!model) DIE(2, "ddpdbg-train params: missing model= (a yaml path or a built-in name)");
-    int nc = nc_text ? parse_positive("params", "nc", nc_text) : 0;
+    int nc = nc_text ? (int)cli_parse_int("params", "nc", nc_text, 1, 100000) : 0;
 
     Rtdetr m;
     char err[1024];
@@ -87,5 +55,6 @@ int main(int argc, char **argv) {
             return 0;
         }
     if (strcmp(cmd, "params") == 0) return cmd_params(argc - 2, argv + 2);
-    DIE(2, "ddpdbg-train: unknown command '%s' (expected params; see --help)", cmd);
+    if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 2, argv + 2);
+    DIE(2, "ddpdbg-train: unknown command '%s' (expected params or synth; see --help)", cmd);
 }

@@ -34,10 +34,10 @@ expect_error "ddpdbg-train params: missing model= (a yaml path or a built-in nam
 expect_error "ddpdbg-train params: unknown argument 'imgsz=640' (expected model=, nc=)" \
     params model=rtdetr-l.yaml imgsz=640
 expect_error "ddpdbg-train params: expected key=value, got 'rtdetr-l.yaml'" params rtdetr-l.yaml
-expect_error "ddpdbg-train params: nc must be a positive integer, got '0'" \
+expect_error "ddpdbg-train params: nc must be an integer in [1, 100000], got '0'" \
     params model=rtdetr-l.yaml nc=0
 expect_error "ddpdbg-train params: 'model' given twice" params model=a.yaml model=b.yaml
-expect_error "ddpdbg-train: unknown command 'fly' (expected params; see --help)" fly
+expect_error "ddpdbg-train: unknown command 'fly' (expected params or synth; see --help)" fly
 
 "$train" >"$tmp/out" 2>"$tmp/err"
 rc=$?
