@@ -69,6 +69,7 @@ deps:
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py tests/golden
 	/usr/bin/python3 tests/golden/make_optim.py tests/golden
+	/usr/bin/python3 tests/golden/make_scipy.py tests/golden
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
