@@ -84,8 +84,8 @@ static void test_brute_force(void) {
     EXPECT(n_cases > 500, "%d cases", n_cases);
 }
 
-// The cost of a constant matrix ties everywhere; scipy gives the identity (its
-// rectangular_lsap.cpp scans the columns in reverse for exactly this), so do we.
+// The cost of a constant matrix ties everywhere; scipy gives the identity (it scans the
+// columns in reverse), so do we.
 static void test_constant_is_identity(void) {
     double cost[5 * 8];
     for (int k = 0; k < 40; k++)

@@ -1,6 +1,6 @@
-/* hungarian.h -- the rectangular linear sum assignment problem, solved exactly: our C port of
- * the shortest-augmenting-path algorithm (Jonker-Volgenant, as in Crouse 2016) that
- * scipy.optimize.linear_sum_assignment uses, with the same tie-breaking. Double precision.
+/* hungarian.h -- the rectangular linear sum assignment problem, solved exactly: our own
+ * implementation of the shortest-augmenting-path algorithm (Jonker-Volgenant, as in Crouse
+ * 2016), the method scipy.optimize.linear_sum_assignment uses, breaking ties as scipy does. Double precision.
  * Not a cost builder: the matcher (matcher.h) makes the cost matrices. */
 #ifndef TRAINER_NN_HUNGARIAN_H
 #define TRAINER_NN_HUNGARIAN_H
