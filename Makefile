@@ -70,6 +70,7 @@ golden:
 	/usr/bin/python3 tests/golden/make_golden.py tests/golden
 	/usr/bin/python3 tests/golden/make_optim.py tests/golden
 	/usr/bin/python3 tests/golden/make_scipy.py tests/golden
+	/usr/bin/python3 tests/golden/make_loss.py tests/golden
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
