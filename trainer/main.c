@@ -1,11 +1,13 @@
 /* main.c -- bin/ddpdbg-train, the command line: `ddpdbg-train COMMAND key=value ...`, with
  * Ultralytics-style key=value arguments (trainer/cli.h). Commands: params (the parameter
- * listing of a model), synth (writes the synthetic dataset, trainer/cmd_synth.c). Bad input is one line on stderr and exit status 2; --help prints the usage. */
+ * listing of a model), synth (writes the synthetic dataset, trainer/cmd_synth.c), train (single-process
+ * training, trainer/cmd_train.c). Bad input is one line on stderr and exit status 2; --help prints the usage. */
 #include <stdlib.h>
 
 #include "kernels/base.h"       // DIE
 #include "trainer/cli.h"
 #include "trainer/cmd_synth.h"  // cmd_synth
+#include "trainer/cmd_train.h"  // cmd_train
 #include "trainer/nn/builtin.h" // builtin_models (listed by the usage)
 #include "trainer/nn/rtdetr.h"
 
@@ -18,6 +20,10 @@ static void usage(FILE *f) {
                "  synth out=DIR [n=1000 imgsz=128 classes=3 empty=0.1 seed=0]\n"
                "                         write a synthetic YOLO dataset of shapes (train/val\n"
                "                         split, DIR/data.yaml)\n"
+               "  train model=M data=D.yaml [imgsz=640 batch=16 epochs=100 optimizer=auto\n"
+               "        lr0=0.01 seed=0 val=true threads=CORES out=DIR resume=PATH ...]\n"
+               "                         train in one process, validating every epoch and\n"
+               "                         writing DIR/last.ckpt (default runs/detect/train)\n"
                "models: a yaml path, or a built-in:");
     for (int i = 0; i < n_builtin_models; i++)
         fprintf(f, " %s", builtin_models[i].name);
@@ -56,5 +62,6 @@ int main(int argc, char **argv) {
         }
     if (strcmp(cmd, "params") == 0) return cmd_params(argc - 2, argv + 2);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 2, argv + 2);
-    DIE(2, "ddpdbg-train: unknown command '%s' (expected params or synth; see --help)", cmd);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    DIE(2, "ddpdbg-train: unknown command '%s' (expected params, synth or train; see --help)", cmd);
 }

@@ -1,0 +1,115 @@
+/* cmd_train.c -- the `train` command: parses Ultralytics' training arguments (trainer/cli.h
+ * conventions: unknown, repeated or malformed keys are exit 2), fills a TrainConfig and runs
+ * train_run. Checkpoints go to out=DIR, or project/name as Ultralytics names them
+ * (runs/detect/train by default; no train2, train3 numbering). */
+#include "trainer/cmd_train.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/base.h" // DIE
+#include "trainer/cli.h"
+#include "trainer/train.h"
+
+// Ultralytics' booleans: true/false in either case.
+static bool parse_bool(const char *key, const char *text) {
+    if (strcasecmp(text, "true") == 0) return true;
+    if (strcasecmp(text, "false") == 0) return false;
+    DIE(2, "ddpdbg-train train: %s must be true or false, got '%s'", key, text);
+}
+
+static double parse_nonneg(const char *key, const char *text) {
+    return cli_parse_double("train", key, text, 0, 1e30, "a number >= 0");
+}
+
+int cmd_train(int argc, char **argv) {
+    TrainConfig c;
+    train_config_default(&c);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char threads_default[32];
+    snprintf(threads_default, sizeof threads_default, "%ld", cores > 0 ? cores : 1);
+    const char *model = NULL, *data = NULL, *imgsz = "640", *batch = "16", *epochs = "100",
+               *optimizer = "auto", *lr0 = "0.01", *lrf = "0.01", *momentum = "0.937",
+               *weight_decay = "0.0005", *warmup_epochs = "3.0", *warmup_momentum = "0.8",
+               *warmup_bias_lr = "0.1", *nbs = "64", *seed = "0", *val = "true",
+               *threads = threads_default, *out = NULL, *project = NULL, *name = NULL,
+               *resume = NULL, *conf = "0.001", *augment = "true";
+    const KeyArg keys[] = {{"model", &model},
+                           {"data", &data},
+                           {"imgsz", &imgsz},
+                           {"batch", &batch},
+                           {"epochs", &epochs},
+                           {"optimizer", &optimizer},
+                           {"lr0", &lr0},
+                           {"lrf", &lrf},
+                           {"momentum", &momentum},
+                           {"weight_decay", &weight_decay},
+                           {"warmup_epochs", &warmup_epochs},
+                           {"warmup_momentum", &warmup_momentum},
+                           {"warmup_bias_lr", &warmup_bias_lr},
+                           {"nbs", &nbs},
+                           {"seed", &seed},
+                           {"val", &val},
+                           {"threads", &threads},
+                           {"out", &out},
+                           {"project", &project},
+                           {"name", &name},
+                           {"resume", &resume},
+                           {"conf", &conf},
+                           {"augment", &augment}};
+    cli_parse_keys("train", argc, argv, keys, (int)(sizeof keys / sizeof keys[0]));
+    if (!model) DIE(2, "ddpdbg-train train: missing model= (a yaml path or a built-in name)");
+    if (!data) DIE(2, "ddpdbg-train train: missing data= (a data yaml, e.g. from `synth`)");
+    if (out && (project || name))
+        DIE(2, "ddpdbg-train train: give out= or project=/name=, not both");
+    c.model = model;
+    c.data = data;
+    c.imgsz = (int)cli_parse_int("train", "imgsz", imgsz, 32, 8192);
+    if (c.imgsz % 32) { // check_imgsz: rounded up to the stride
+        int up = (c.imgsz + 31) / 32 * 32;
+        fprintf(stderr, "WARNING: imgsz=%d must be multiple of max stride 32, updating to %d\n",
+                c.imgsz, up);
+        c.imgsz = up;
+    }
+    c.batch = (int)cli_parse_int("train", "batch", batch, 1, 1 << 20);
+    c.epochs = (int)cli_parse_int("train", "epochs", epochs, 1, 1 << 20);
+    if (strcmp(optimizer, "auto") && strcmp(optimizer, "AdamW") && strcmp(optimizer, "SGD"))
+        DIE(2, "ddpdbg-train train: optimizer must be auto, AdamW or SGD, got '%s'", optimizer);
+    c.optimizer = optimizer;
+    c.lr0 = parse_nonneg("lr0", lr0);
+    c.lrf = parse_nonneg("lrf", lrf);
+    c.momentum = cli_parse_double("train", "momentum", momentum, 0, 1, "a number in [0, 1]");
+    c.weight_decay = parse_nonneg("weight_decay", weight_decay);
+    c.warmup_epochs = parse_nonneg("warmup_epochs", warmup_epochs);
+    c.warmup_momentum =
+        cli_parse_double("train", "warmup_momentum", warmup_momentum, 0, 1, "a number in [0, 1]");
+    c.warmup_bias_lr = parse_nonneg("warmup_bias_lr", warmup_bias_lr);
+    c.nbs = (int)cli_parse_int("train", "nbs", nbs, 1, 1 << 20);
+    c.seed = (uint64_t)cli_parse_int("train", "seed", seed, 0, INT64_MAX);
+    c.val = parse_bool("val", val);
+    c.augment = parse_bool("augment", augment);
+    c.threads = (int)cli_parse_int("train", "threads", threads, 1, 1024);
+    c.conf = cli_parse_double("train", "conf", conf, 0, 1, "a number in [0, 1]");
+    char dir[4096];
+    if (out)
+        snprintf(dir, sizeof dir, "%s", out);
+    else
+        snprintf(dir, sizeof dir, "%s/%s", project ? project : "runs/detect",
+                 name ? name : "train");
+    c.out_dir = dir;
+    // resume=true continues the run's own last.ckpt (Ultralytics' resume=True); else a path
+    char last[4200];
+    if (resume && strcasecmp(resume, "false") == 0) resume = NULL;
+    if (resume && strcasecmp(resume, "true") == 0) {
+        snprintf(last, sizeof last, "%s/last.ckpt", dir);
+        resume = last;
+    }
+    c.resume = resume;
+
+    char err[2048];
+    int rc = train_run(&c, err, sizeof err);
+    if (rc == 2) DIE(2, "%s", err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    return rc;
+}

@@ -1,0 +1,482 @@
+/* train.c -- the single-process training loop (train.h): setup (data, model, optimizer,
+ * schedule, EMA, resume), then per epoch the batches of BaseTrainer._do_train and, at the
+ * epoch's end, validation of the EMA model, the LambdaLR step and the checkpoint.
+ *
+ * Randomness is a pure function of (seed, position): the sampler's order of (seed, epoch),
+ * augmentation of (seed, epoch, image), denoising noise of (seed, iteration). So the
+ * checkpoint needs no generator state, and a resumed run draws what the straight one drew. */
+#include "trainer/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/base.h" // CHECK, xmalloc
+#include "trainer/checkpoint.h"
+#include "trainer/data/batch.h"
+#include "trainer/data/image.h"
+#include "trainer/data/sampler.h"
+#include "trainer/optim/clip.h"
+#include "trainer/optim/schedule.h"
+#include "trainer/validate.h"
+
+void train_config_default(TrainConfig *c) {
+    *c = (TrainConfig){.imgsz = 640,
+                       .batch = 16,
+                       .epochs = 100,
+                       .optimizer = "auto",
+                       .lr0 = 0.01,
+                       .lrf = 0.01,
+                       .momentum = 0.937,
+                       .weight_decay = 5e-4,
+                       .warmup_epochs = 3.0,
+                       .warmup_momentum = 0.8,
+                       .warmup_bias_lr = 0.1,
+                       .nbs = 64,
+                       .max_grad_norm = 10.0,
+                       .augment = true,
+                       .val = true,
+                       .conf = 0.001,
+                       .threads = 1,
+                       .out_dir = "runs/detect/train",
+                       .log = stdout,
+                       .log_rows = 10};
+}
+
+// Everything one run holds; torn down by run_free whatever setup reached.
+typedef struct Run {
+    const TrainConfig *c;
+    Dataset train, val;
+    int n_corrupt;            // train + val images dropped at the scan
+    Rtdetr model, eval_model; // eval_model receives the EMA weights for validation
+    bool model_ok, eval_ok;
+    Optimizer opt;
+    bool opt_ok;
+    Ema ema;
+    bool ema_ok;
+    ScheduleConfig sched;
+    Checkpoint ck;
+    Arena step_arena;
+    Tape tape;
+    bool tape_ok;
+    AugmentConfig aug;
+    int64_t nb, nw; // batches per epoch, warmup iterations (-1: none)
+    double t_start;
+    char last_path[4096], best_path[4096];
+} Run;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The denoising noise seed of iteration ni and the augmentation seed of an epoch: distinct
+// streams of one seed (rng_init mixes them further with splitmix64).
+static uint64_t step_seed(uint64_t seed, int64_t ni) {
+    return (seed * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)ni + 1) * 0xBF58476D1CE4E5B9ull;
+}
+static uint64_t augment_seed(uint64_t seed, int64_t epoch) {
+    return (seed * 0x94D049BB133111EBull) ^ ((uint64_t)epoch + 1) * 0x2545F4914F6CDD1Dull;
+}
+
+// mkdir -p. Returns 0, or -1 with a message naming the folder.
+static int make_dirs(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        snprintf(err, errlen, "out=%s: path too long", path);
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+                snprintf(err, errlen, "out=%s: cannot create %s: %s", path, buf, strerror(errno));
+                return -1;
+            }
+            struct stat st;
+            if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "out=%s: %s is not a folder", path, buf);
+                return -1;
+            }
+            if (end) return 0;
+            *p = '/';
+        }
+    }
+}
+
+// Ultralytics' verify_image_label drops an image it cannot decode with a warning: decodes every
+// image once (in parallel), warns on stderr for each failure and removes it from ds.
+static int drop_corrupt_images(Dataset *ds) {
+    int n = ds->n_images;
+    char *errs = xcalloc((size_t)n, 512);
+    uint8_t *bad = xcalloc((size_t)n, 1);
+#pragma omp parallel for schedule(dynamic)
+    for (int i = 0; i < n; i++) {
+        Image im = {0};
+        if (image_load(&im, ds->image_paths[i], errs + (size_t)i * 512, 512)) bad[i] = 1;
+        image_free(&im);
+    }
+    int kept = 0, kept_boxes = 0;
+    for (int i = 0; i < n; i++) {
+        if (bad[i]) {
+            fprintf(stderr, "WARNING: ignoring corrupt image: %s\n", errs + (size_t)i * 512);
+            free(ds->image_paths[i]);
+            continue;
+        }
+        int first = ds->box_start[i], count = ds->box_start[i + 1] - first;
+        memmove(ds->boxes + kept_boxes, ds->boxes + first, sizeof(Box) * (size_t)count);
+        ds->image_paths[kept] = ds->image_paths[i];
+        ds->box_start[kept] = kept_boxes;
+        kept_boxes += count;
+        kept++;
+    }
+    ds->box_start[kept] = kept_boxes;
+    ds->n_images = kept;
+    free(bad);
+    free(errs);
+    return n - kept;
+}
+
+// Loads one split and scans it; prints Ultralytics' "N images, N backgrounds, N corrupt".
+static int load_split(Run *r, Dataset *ds, const char *split, char *err, size_t errlen) {
+    if (dataset_load_yaml(ds, r->c->data, split, err, errlen)) return -1;
+    int corrupt = drop_corrupt_images(ds);
+    r->n_corrupt += corrupt;
+    if (ds->n_images == 0) {
+        snprintf(err, errlen, "%s: the %s split has no readable image (%d corrupt)", r->c->data,
+                 split, corrupt);
+        return -1;
+    }
+    int backgrounds = 0;
+    for (int i = 0; i < ds->n_images; i++)
+        backgrounds += ds->box_start[i + 1] == ds->box_start[i];
+    fprintf(r->c->log, "%s: %d images, %d backgrounds, %d corrupt\n", split, ds->n_images,
+            backgrounds, corrupt);
+    return 0;
+}
+
+// build_optimizer: the kind, lr and momentum (optimizer=auto decides them, and warmup_bias_lr
+// becomes 0), the scaled weight decay, and Ultralytics' summary line.
+static int setup_optimizer(Run *r, char *err, size_t errlen) {
+    const TrainConfig *c = r->c;
+    int nc = r->train.nc;
+    int accumulate = schedule_base_accumulate(c->nbs, c->batch);
+    double decay = schedule_weight_decay(c->weight_decay, c->batch, accumulate, c->nbs);
+    OptimKind kind;
+    double lr = c->lr0, momentum = c->momentum, warmup_bias_lr = c->warmup_bias_lr;
+    if (strcmp(c->optimizer, "auto") == 0) {
+        int64_t iterations = optim_auto_iterations(r->train.n_images, c->batch, c->nbs, c->epochs);
+        OptimChoice ch = optim_auto_choice(iterations, nc);
+        kind = ch.kind;
+        lr = ch.lr;
+        momentum = ch.momentum;
+        warmup_bias_lr = 0.0;
+        fprintf(c->log,
+                "optimizer: 'optimizer=auto' found, ignoring 'lr0=%g' and "
+                "'momentum=%g' and determining best 'optimizer', 'lr0' and 'momentum' "
+                "automatically...\n",
+                c->lr0, c->momentum);
+    } else if (optim_parse_kind(c->optimizer, &kind)) {
+        snprintf(err, errlen, "optimizer=%s: expected auto, AdamW or SGD", c->optimizer);
+        return -1;
+    }
+    Registry *reg = &r->model.reg;
+    optim_init(&r->opt, kind, reg->params, reg->names, reg->n_params, lr, momentum, decay);
+    r->opt_ok = true;
+    fprintf(c->log,
+            "optimizer: %s(lr=%g, momentum=%g) with parameter groups %d weight(decay=0.0), "
+            "%d weight(decay=%g), %d bias(decay=0.0)\n",
+            optim_kind_name(kind), lr, momentum, optim_group_size(&r->opt, OPTIM_GROUP_NORM),
+            optim_group_size(&r->opt, OPTIM_GROUP_DECAY), decay,
+            optim_group_size(&r->opt, OPTIM_GROUP_BIAS));
+    r->sched = (ScheduleConfig){.epochs = c->epochs,
+                                .lrf = c->lrf,
+                                .warmup_epochs = c->warmup_epochs,
+                                .warmup_bias_lr = warmup_bias_lr,
+                                .warmup_momentum = c->warmup_momentum,
+                                .momentum = c->momentum,
+                                .nbs = c->nbs,
+                                .batch = c->batch};
+    r->ck.progress.accumulate = accumulate;
+    return 0;
+}
+
+// Tokens of the three encoder levels (strides 8, 16, 32) at a square imgsz.
+static int64_t encoder_tokens(int imgsz) {
+    int64_t n = 0;
+    for (int stride = 8; stride <= 32; stride *= 2)
+        n += (int64_t)(imgsz / stride) * (imgsz / stride);
+    return n;
+}
+
+static int run_setup(Run *r, char *err, size_t errlen) {
+    const TrainConfig *c = r->c;
+    CHECK(c->model && c->data && c->imgsz % 32 == 0 && c->batch >= 1 && c->epochs >= 1 &&
+              c->threads >= 1 && c->log_rows >= 1,
+          "bad TrainConfig");
+    r->t_start = now_seconds();
+    backend_need(DEV_CPU)->set_threads(c->threads);
+    if (load_split(r, &r->train, "train", err, errlen)) return -1;
+    if (load_split(r, &r->val, "val", err, errlen)) return -1;
+    if (rtdetr_init(&r->model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
+    r->model_ok = true;
+    // The decoder selects nq of the encoder's tokens: levels at strides 8, 16 and 32 (every
+    // RT-DETR yaml) must hold at least that many, else the head's CHECK would abort.
+    const ModelSpec *spec = &r->model.spec;
+    int nq = spec->layers[spec->n_layers - 1].decoder.nq;
+    int min_size = 32;
+    while (encoder_tokens(min_size) < nq)
+        min_size += 32;
+    if (c->imgsz < min_size) {
+        snprintf(err, errlen,
+                 "imgsz=%d: too small for %s: %lld encoder tokens for %d queries "
+                 "(need imgsz >= %d)",
+                 c->imgsz, spec->name, (long long)encoder_tokens(c->imgsz), nq, min_size);
+        return -1;
+    }
+    if (rtdetr_init(&r->eval_model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
+    r->eval_ok = true;
+    if (make_dirs(c->out_dir, err, errlen)) return -1;
+    snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
+    snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
+
+    r->ck = (Checkpoint){.model_name = r->model.spec.name,
+                         .nc = r->train.nc,
+                         .model = &r->model.reg,
+                         .opt = &r->opt,
+                         .ema = &r->ema};
+    if (setup_optimizer(r, err, errlen)) return -1;
+    CheckpointProgress *p = &r->ck.progress;
+    p->last_opt_step = -1;
+    p->best_fitness = -1.0; // no validation yet
+    schedule_lambda_init(&r->sched, &r->opt, &p->scheduler_last_epoch);
+    ema_init(&r->ema, &r->model.reg);
+    r->ema_ok = true;
+    if (c->resume) {
+        if (checkpoint_load(c->resume, &r->ck, err, errlen)) return -1;
+        if (p->epoch >= c->epochs) {
+            snprintf(err, errlen,
+                     "resume=%s: training to %d epochs is finished, nothing to "
+                     "resume (give a larger epochs=)",
+                     c->resume, c->epochs);
+            return -1;
+        }
+        fprintf(c->log, "Resuming training from %s from epoch %lld to %d total epochs\n", c->resume,
+                (long long)p->epoch + 1, c->epochs);
+    }
+    r->nb = (r->train.n_images + c->batch - 1) / c->batch;
+    r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
+    r->aug = augment_default();
+    arena_init(&r->step_arena, DEV_CPU, 0);
+    tape_init(&r->tape, &r->step_arena, c->threads);
+    r->tape_ok = true;
+    return 0;
+}
+
+static void run_free(Run *r) {
+    if (r->tape_ok) tape_free(&r->tape);
+    arena_free(&r->step_arena);
+    if (r->ema_ok) ema_free(&r->ema);
+    if (r->opt_ok) optim_free(&r->opt);
+    if (r->eval_ok) rtdetr_free(&r->eval_model);
+    if (r->model_ok) rtdetr_free(&r->model);
+    dataset_free(&r->val);
+    dataset_free(&r->train);
+}
+
+// ---- progress rows: "      Epoch    GPU_mem  giou_loss   cls_loss    l1_loss  Instances  Size"
+// ----
+static void format_clock(double s, char *out, size_t len) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(out, len, "%02ld:%02ld", t / 60, t % 60);
+}
+
+static void print_header(FILE *f) {
+    fprintf(f, "\n%11s%11s%11s%11s%11s%11s%11s\n", "Epoch", "GPU_mem", "giou_loss", "cls_loss",
+            "l1_loss", "Instances", "Size");
+}
+
+// One row: the epoch's running mean losses, this batch's instances and size, and tqdm's
+// "done/total [elapsed<eta, rate]". A tty gets one line redrawn in place.
+static void print_row(const Run *r, int epoch, int64_t done, const double *tloss, int instances,
+                      double epoch_t0, bool tty) {
+    FILE *f = r->c->log;
+    char ep[32], el[32], eta[32], rate[32];
+    snprintf(ep, sizeof ep, "%d/%d", epoch + 1, r->c->epochs);
+    double elapsed = now_seconds() - epoch_t0, per_it = elapsed / (double)done;
+    format_clock(elapsed, el, sizeof el);
+    format_clock(per_it * (double)(r->nb - done), eta, sizeof eta);
+    if (per_it > 1.0)
+        snprintf(rate, sizeof rate, "%.2fs/it", per_it);
+    else
+        snprintf(rate, sizeof rate, "%.2fit/s", 1.0 / per_it);
+    fprintf(f, "%s%11s%11s%11.4g%11.4g%11.4g%11d%11d: %3d%% %lld/%lld [%s<%s, %s]%s",
+            tty ? "\r" : "", ep, "0G", tloss[0], tloss[1], tloss[2], instances, r->c->imgsz,
+            (int)(100 * done / r->nb), (long long)done, (long long)r->nb, el, eta, rate,
+            tty ? "" : "\n");
+    fflush(f);
+}
+
+// The first loss term that is not finite, or the sum: a one-line message; NULL when all are.
+static const char *nonfinite_term(const LossItems *it) {
+    for (int k = 0; k < LOSS_N_KEYS; k++)
+        if (!isfinite(it->value[k])) return loss_key_name((LossKey)k);
+    return isfinite(it->total) ? NULL : "loss (the sum)";
+}
+
+// One batch of _do_train: warmup, forward + loss, backward, and every `accumulate` iterations
+// clip, optimizer step, zero_grad (set_to_none, torch 2.x's default: a parameter no gradient
+// reaches this window is skipped by the step) and EMA update. Returns 0, or 1 with err set.
+static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, double *tloss,
+                     int *instances, char *err, size_t errlen) {
+    const TrainConfig *c = r->c;
+    CheckpointProgress *p = &r->ck.progress;
+    int64_t ni = p->iteration;
+    int accumulate = (int)p->accumulate;
+    schedule_warmup(&r->sched, &r->opt, ni, r->nw, epoch, &accumulate);
+    p->accumulate = accumulate;
+
+    int64_t first = i * c->batch;
+    int n = (int)(r->train.n_images - first < c->batch ? r->train.n_images - first : c->batch);
+    Batch b = {0};
+    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
+                   augment_seed(c->seed, epoch), err, errlen))
+        return 2;
+    Tape *t = &r->tape;
+    tape_reset(t);
+    t->training = true;
+    t->grad_enabled = true;
+    Tensor *images = tensor_view(t->arena, b.images, 4, (int64_t[]){n, 3, c->imgsz, c->imgsz});
+    Targets tg = {
+        .n_images = n, .n_boxes = b.n_boxes, .cls = b.cls, .bboxes = b.boxes, .counts = b.counts};
+    LossItems items;
+    Tensor *loss = rtdetr_loss(&r->model, t, images, &tg, step_seed(c->seed, ni), &items);
+    *instances = b.n_boxes;
+    const char *bad = nonfinite_term(&items);
+    if (bad) {
+        batch_free(&b);
+        snprintf(err, errlen,
+                 "train: %s is not finite at iteration %lld (epoch %d, batch "
+                 "%lld/%lld): stopping",
+                 bad, (long long)ni, epoch + 1, (long long)i + 1, (long long)r->nb);
+        return 1;
+    }
+    CHECK(tape_backward(t, loss, NULL) == 0, "the loss does not require grad");
+    batch_free(&b); // the images are saved for backward: freed only now
+    if (c->on_step) c->on_step(c->user, ni, &items);
+
+    if (ni - p->last_opt_step >= p->accumulate) {
+        float norm = clip_grad_norm(r->model.reg.params, r->model.reg.n_params, c->max_grad_norm);
+        if (!isfinite(norm)) {
+            snprintf(err, errlen,
+                     "train: the gradient norm is not finite at iteration %lld "
+                     "(epoch %d, batch %lld/%lld): stopping",
+                     (long long)ni, epoch + 1, (long long)i + 1, (long long)r->nb);
+            return 1;
+        }
+        optim_step(&r->opt);
+        optim_zero_grad(&r->opt, true);
+        ema_update(&r->ema, &r->model.reg);
+        p->last_opt_step = ni;
+    }
+    const float shown[3] = {items.giou, items.cls, items.l1};
+    for (int k = 0; k < 3; k++)
+        tloss[k] = (tloss[k] * (double)i + shown[k]) / (double)(i + 1);
+    p->iteration++;
+    return 0;
+}
+
+// Validates the EMA weights: copies them into eval_model, runs the val split, prints the table.
+static int run_validate(Run *r, bool final, TrainEpochReport *rep, char *err, size_t errlen) {
+    ema_copy_to(&r->ema, &r->eval_model.reg);
+    MapResult res = {0};
+    int vbatch = r->c->batch * 2;
+    if (validate_run(&r->eval_model, &r->tape, &r->val, r->c->imgsz, vbatch, r->c->conf, &res, err,
+                     errlen))
+        return 2;
+    validate_print_table(r->c->log, &res, &r->val, final);
+    rep->validated = true;
+    rep->precision = res.precision;
+    rep->recall = res.recall;
+    rep->map50 = res.map50;
+    rep->map50_95 = res.map50_95;
+    rep->fitness = validate_fitness(&res);
+    map_result_free(&res);
+    return 0;
+}
+
+// One epoch and its end: validation, LambdaLR step, last.ckpt (and best.ckpt when the fitness
+// improved). The checkpoint is written after the scheduler step with progress.epoch pointing
+// at the next epoch, so that loading it resumes exactly where this run goes on.
+static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, size_t errlen) {
+    const TrainConfig *c = r->c;
+    Sampler s;
+    sampler_init(&s, r->train.n_images, 1, 0, true, c->seed);
+    sampler_epoch(&s, epoch, order);
+    optim_zero_grad(&r->opt, true); // a window left open by the last epoch is dropped
+    double tloss[3] = {0, 0, 0}, t0 = now_seconds();
+    bool tty = isatty(fileno(c->log));
+    int64_t row_every = (r->nb + c->log_rows - 1) / c->log_rows;
+    print_header(c->log);
+    for (int64_t i = 0; i < r->nb; i++) {
+        int instances = 0;
+        int rc = run_batch(r, epoch, i, order, tloss, &instances, err, errlen);
+        if (rc) {
+            if (tty) fputc('\n', c->log);
+            return rc;
+        }
+        if (tty || (i + 1) % row_every == 0 || i + 1 == r->nb)
+            print_row(r, epoch, i + 1, tloss, instances, t0, tty);
+    }
+    if (tty) fputc('\n', c->log);
+    if (r->n_corrupt)
+        fprintf(c->log, "%d corrupt images ignored (see the warnings)\n", r->n_corrupt);
+
+    TrainEpochReport rep = {.epoch = epoch,
+                            .epochs = c->epochs,
+                            .giou = (float)tloss[0],
+                            .cls = (float)tloss[1],
+                            .l1 = (float)tloss[2]};
+    bool final = epoch + 1 == c->epochs;
+    if (c->val || final) {
+        int rc = run_validate(r, final, &rep, err, errlen);
+        if (rc) return rc;
+    }
+    CheckpointProgress *p = &r->ck.progress;
+    schedule_lambda_step(&r->sched, &r->opt, &p->scheduler_last_epoch);
+    p->epoch = epoch + 1;
+    bool best = rep.validated && rep.fitness > p->best_fitness;
+    if (best) p->best_fitness = rep.fitness;
+    if (checkpoint_save(r->last_path, &r->ck, err, errlen)) return 2;
+    if (best && checkpoint_save(r->best_path, &r->ck, err, errlen)) return 2;
+    rep.iterations = p->iteration;
+    rep.seconds = now_seconds() - r->t_start;
+    if (c->on_epoch && !c->on_epoch(c->user, &rep)) *stop = true;
+    return 0;
+}
+
+int train_run(const TrainConfig *c, char *err, size_t errlen) {
+    Run r = {.c = c};
+    int rc = run_setup(&r, err, errlen) ? 2 : 0;
+    int64_t *order = rc ? NULL : xmalloc(sizeof(int64_t) * (size_t)r.train.n_images);
+    int first_epoch = rc ? 0 : (int)r.ck.progress.epoch, epoch = first_epoch;
+    bool stop = false;
+    for (; rc == 0 && !stop && epoch < c->epochs; epoch++)
+        rc = run_epoch(&r, epoch, order, &stop, err, errlen);
+    if (rc == 0)
+        fprintf(c->log, "\n%d epochs completed in %.3f hours.\nResults saved to %s\n",
+                epoch - first_epoch, (now_seconds() - r.t_start) / 3600.0, c->out_dir);
+    free(order);
+    run_free(&r);
+    return rc;
+}
