@@ -33,7 +33,7 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
 
-.PHONY: all test debug bench deps golden clean help format
+.PHONY: all test debug bench deps golden clean help format demo
 all: $(TRAIN) $(TESTS)
 
 $(LIB): $(LIBOBJ)
@@ -54,6 +54,13 @@ debug:
 
 bench: $(TRAIN) $(BENCHES)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
+
+# The main job on its embedded default: a synthetic dataset the trainer writes, then a short
+# single-process rtdetr-tiny training run with validation (the DDP demo replaces it later).
+DEMO ?= build/demo
+demo: $(TRAIN)
+	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=300 imgsz=128 classes=3 empty=0.1 seed=0
+	$(TRAIN) train model=rtdetr-tiny.yaml data=$(DEMO)/synth/data.yaml imgsz=128 batch=8 epochs=3 out=$(DEMO)/run
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev libncurses-dev \
@@ -80,6 +87,7 @@ clean:
 
 help:
 	@echo 'make            build bin/ddpdbg-train and the tests (build/cpu)'
+	@echo 'make demo       write the synthetic dataset, train rtdetr-tiny on it for 3 epochs'
 	@echo 'make test [T=x] run every test (or tests/test_x) ; last line "N passed, N failed"'
 	@echo 'make debug      the tests under ASan+UBSan (build/debug)'
 	@echo 'make bench      benchmarks (timings are printed, never asserted)'
