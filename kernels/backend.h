@@ -261,15 +261,21 @@ typedef struct Backend {
     // dbias[n] += sum_m dout[m, n] (the bias gradient of addmm). dbias: (N), dout: (M, N).
     // ACCUMULATES.
     void (*bias_rows_bwd)(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
-    // Attention softmax over keys: for each of the BH*Lq rows r = (bh, q) of s (BH, Lq, Lk),
-    // p[r, :] = softmax(s[r, :]) with s[r, k] taken as -inf where mask[q*Lk + k] != 0.
-    // mask: (Lq, Lk) bytes on the kernel's device, or NULL. p may equal s (in place).
-    // A row with every key masked is NaN, as in PyTorch.
-    void (*attn_softmax_fwd)(KernelCtx *kc, float *p, const float *s, const uint8_t *mask,
-                             int64_t BH, int64_t Lq, int64_t Lk);
-    // Softmax backward per row: ds += p * (dp - sum_k dp*p). ds, dp, p: (R, Lk). ACCUMULATES.
-    void (*attn_softmax_bwd)(KernelCtx *kc, float *ds, const float *dp, const float *p, int64_t R,
-                             int64_t Lk);
+    // The attention of the MHA core, per batch b and head h, head h being the D = E / NH
+    // column block h*D of each row-major (L, E) matrix: p[b,h] = softmax over keys of
+    // qs_h k_h^T, with a score taken as -inf where mask[q*Lk + k] != 0, then
+    // out_h = p[b,h] v_h. qs (already scaled), out: (B, Lq, E); k, v: (B, Lk, E);
+    // p: (B, NH, Lq, Lk), kept for the backward. mask: (Lq, Lk) bytes on the kernel's device,
+    // or NULL. A row with every key masked is NaN, as in PyTorch.
+    void (*attention_fwd)(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
+                          const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
+                          int64_t Lk, int64_t E);
+    // Its backward from dout (B, Lq, E) and the forward's p: with dP = dO v_h^T and
+    // dS = P * (dP - rowsum(dP * P)), dv_h += P^T dO, dqs_h += dS k_h, dk_h += dS^T qs_h.
+    // dqs like qs; dk, dv like k. ACCUMULATES.
+    void (*attention_bwd)(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
+                          const float *p, const float *qs, const float *k, const float *v,
+                          int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
     // grid_sample(x, grid, bilinear, padding zeros, align_corners=False): x (B, C, H, W),
     // grid (B, Ho, Wo, 2) as (x, y) in [-1, 1] -> out (B, C, Ho, Wo).
     void (*grid_sample_fwd)(KernelCtx *kc, float *out, const float *x, const float *grid,

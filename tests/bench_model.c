@@ -1,12 +1,13 @@
 /* bench_model.c -- one rtdetr-l training step (forward + backward) at 320 px, batch 2, on 1 and
- * 2 threads: median of 5 steps after one warm-up, with the step arena reset between steps,
- * and the peak RSS. Then where the time goes (median step of each run): forward per module
- * type and backward per op, the latter by wrapping each recorded node's backward with a
- * timer. The step has 200 denoising queries and a weighted-sum stand-in for the loss (the
- * real loss is not part of the model). Last, rtdetr-l's 640-px forward output shapes. Prints
- * timings only; never fails on them. PyTorch 1.13 on this kind of CPU: 3.0 s (1 thread) and
- * 2.2 s (2 threads) per full training step, peak RSS 2.1 GB. */
+ * 2 threads: median of 5 steps after one warm-up (arena reset between steps), and peak RSS.
+ * Then where one more step's time goes: forward per module type, forward per op (sampled) and
+ * backward per op (each node's backward wrapped in a timer). The step has 200 denoising
+ * queries and a weighted-sum stand-in for the loss. Last, rtdetr-l's 640-px forward output
+ * shapes. Prints timings only, never fails on them. PyTorch 1.13 on this kind of CPU: 3.0 s
+ * (1 thread) and 2.2 s (2 threads) per full training step, peak RSS 2.1 GB. */
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include "kernels/base.h"
@@ -68,6 +69,63 @@ static void wrap_nodes(Tape *t) {
         }
         n->info = &ops[k].wrap;
     }
+}
+
+// ---- forward time per op, sampled: at each SIGPROF (asked for every 1 ms of CPU time, all
+// threads; the kernel delivers it at its tick, often every 4 ms) the handler notes how many
+// nodes the tape holds. An op records its node after computing, so the tick belongs to the op
+// of the next node (work that records nothing counts for the next op that does). ----
+#define MAX_TICKS 65536
+static Tape *sampled_tape;
+static int64_t ticks[MAX_TICKS];
+static volatile sig_atomic_t n_ticks;
+
+static void on_tick(int sig) {
+    (void)sig;
+    if (sampled_tape && n_ticks < MAX_TICKS) ticks[n_ticks++] = sampled_tape->n_nodes;
+}
+
+static void sampling(Tape *t) {
+    struct itimerval it = {{0, 1000}, {0, 1000}}, off = {{0, 0}, {0, 0}};
+    if (t) {
+        n_ticks = 0;
+        struct sigaction sa = {.sa_handler = on_tick, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGPROF, &sa, NULL);
+    }
+    sampled_tape = t;
+    setitimer(ITIMER_PROF, t ? &it : &off, NULL);
+}
+
+// Per op name: its share of the ticks times the forward's wall time, largest first.
+static void print_forward_ops(const Tape *t, double fwd_total) {
+    const char *name[MAX_OPS];
+    int64_t count[MAX_OPS] = {0};
+    int n = 0;
+    for (int i = 0; i < n_ticks; i++) {
+        const char *op = ticks[i] < t->n_nodes ? t->nodes[ticks[i]]->info->name : "(no node)";
+        int k = 0;
+        while (k < n && strcmp(name[k], op) != 0)
+            k++;
+        if (k == n && n == MAX_OPS) continue;
+        if (k == n) name[n++] = op;
+        count[k]++;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (count[j] > count[i]) {
+                int64_t c = count[i];
+                count[i] = count[j];
+                count[j] = c;
+                const char *nm = name[i];
+                name[i] = name[j];
+                name[j] = nm;
+            }
+    printf("  forward by op (one step, %d CPU-time samples)\n", (int)n_ticks);
+    for (int i = 0; i < n; i++)
+        if (count[i] * 200 >= n_ticks) // >= 0.5%
+            printf("    %-18s %7.3f s %5.1f%%\n", name[i], fwd_total * count[i] / n_ticks,
+                   100.0 * count[i] / n_ticks);
 }
 
 // ---- forward time per module type: the predict loop of rtdetr.c, timed per layer ----
@@ -158,10 +216,13 @@ static StepTimes step(Rtdetr *m, Tape *t, Tensor *x, bool profile) {
     RtdetrDnHook dn = {dn_hook, NULL};
     RtdetrOutput o;
     double t0 = now();
-    if (profile)
+    if (profile) {
+        sampling(t);
         timed_forward(m, t, img, &dn, &o);
-    else
+        sampling(NULL);
+    } else {
         rtdetr_forward(m, t, img, &dn, &o);
+    }
     Tensor *loss = op_add(t, weighted_sum(t, o.dec_bboxes), weighted_sum(t, o.dec_scores));
     loss = op_add(t, loss, weighted_sum(t, o.enc_bboxes));
     loss = op_add(t, loss, weighted_sum(t, o.enc_scores));
@@ -171,12 +232,13 @@ static StepTimes step(Rtdetr *m, Tape *t, Tensor *x, bool profile) {
     return (StepTimes){t1 - t0, now() - t1};
 }
 
-static void print_profile(double fwd_total, double bwd_total) {
+static void print_profile(const Tape *t, double fwd_total, double bwd_total) {
     printf("  forward by module type (one step)\n");
     for (int k = 0; k <= MOD_RTDETRDECODER; k++)
         if (fwd_secs[k] > 0)
             printf("    %-14s %7.3f s %5.1f%%\n", module_kind_name((ModuleKind)k), fwd_secs[k],
                    100 * fwd_secs[k] / fwd_total);
+    print_forward_ops(t, fwd_total);
     // sort ops by time, largest first
     for (int i = 0; i < n_ops; i++)
         for (int j = i + 1; j < n_ops; j++)
@@ -235,7 +297,7 @@ int main(void) {
         n_ops = 0;
         StepTimes st = step(&m, &t, x, true);
         printf("  profiled step: forward %.2f s, backward %.2f s\n", st.fwd, st.bwd);
-        print_profile(st.fwd, st.bwd);
+        print_profile(&t, st.fwd, st.bwd);
         printf("\n");
         tape_free(&t);
     }

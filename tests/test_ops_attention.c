@@ -1,7 +1,8 @@
 /* test_ops_attention.c -- linear, matmul, bmm, the MHA core, grid_sample and multi-scale
  * deformable attention: forward values against naive loops and hand-computed cases,
  * msdeform_attn against a slow reference built from grid_sample per level, every backward
- * against finite differences, and thread-count independence of the deformable kernels.
+ * against finite differences, the attention softmax against double precision over exp's whole
+ * range, and thread-count independence of the attention and deformable kernels.
  * Sample points are kept off integer pixel coordinates (bilinear kinks), some partly or wholly
  * outside the image so the zero padding is exercised. */
 #include <math.h>
@@ -210,6 +211,90 @@ static void test_mha_grads(void) {
            "mha (query is key) gradcheck");
 }
 
+// The attention kernel's softmax against double precision over the whole range of exp: one
+// query, one head of width 1, scores qs * k_j = k_j from 0 (the row max) down to -110, where
+// exp(x) passes through the denormals to 0 (below -104). Scores of -inf weigh 0; one NaN
+// score makes the whole row NaN, as in PyTorch.
+static void test_attention_softmax_range(void) {
+    const Backend *be = backend_need(DEV_CPU);
+    KernelCtx kc = {.n_threads = 1};
+    enum { N = 2003 };
+    float qs = 1.0f, *k = xmalloc(sizeof(float) * N), *v = xmalloc(sizeof(float) * N);
+    float *p = xmalloc(sizeof(float) * N), out;
+    for (int j = 0; j < N; j++) {
+        k[j] = j < N - 2 ? (float)(-0.055 * j) : -INFINITY;
+        v[j] = 0.0f;
+    }
+    be->attention_fwd(&kc, &out, p, &qs, k, v, NULL, 1, 1, 1, N, 1);
+    double sum = 0;
+    for (int j = 0; j < N; j++)
+        sum += exp((double)k[j]);
+    int bad = 0;
+    for (int j = 0; j < N; j++) {
+        double ref = exp((double)k[j]) / sum;
+        // 4 ulps (exp within 1.3, the float sum and the scaling), at least 2 denormal ulps
+        if (fabs(p[j] - ref) > 5e-7 * ref + 3e-45) bad++;
+    }
+    EXPECT(bad == 0, "%d of %d softmax probabilities off their double reference", bad, N);
+    EXPECT(p[N - 1] == 0.0f && p[N - 2] == 0.0f && p[1999] == 0.0f && p[1800] > 0.0f,
+           "exp of -inf and of scores below -104 must be 0, of -99 positive");
+
+    k[7] = NAN;
+    be->attention_fwd(&kc, &out, p, &qs, k, v, NULL, 1, 1, 1, N, 1);
+    bool all_nan = true;
+    for (int j = 0; j < N; j++)
+        all_nan = all_nan && isnan(p[j]);
+    EXPECT(all_nan && isnan(out), "a NaN score must make the row NaN");
+    free(p);
+    free(v);
+    free(k);
+}
+
+// op_mha_core forward and backward at decoder-like widths give bit-identical results on 1 and
+// 4 threads: the attention kernels give every (batch, head) to one thread.
+static void test_mha_threads(void) {
+    enum { B = 2, L = 40, E = 32, NH = 4 };
+    Tensor *qk = leaf(3, (int64_t[]){B, L, E}, 30, -1, 1);
+    Tensor *v = leaf(3, (int64_t[]){B, L, E}, 31, -1, 1);
+    Tensor *w = leaf(2, (int64_t[]){3 * E, E}, 32, -0.3f, 0.3f);
+    Tensor *bias = leaf(1, (int64_t[]){3 * E}, 33, -0.3f, 0.3f);
+    Tensor *in[4] = {qk, v, w, bias};
+    uint8_t *mask = xmalloc(L * L);
+    for (int i = 0; i < L * L; i++)
+        mask[i] = (i * 7) % 5 == 0;
+    float *dy = xmalloc(sizeof(float) * B * L * E);
+    for (int i = 0; i < B * L * E; i++)
+        dy[i] = (float)(rnd() * 2 - 1);
+    float *res[2][5];
+    for (int run = 0; run < 2; run++) {
+        Arena a;
+        arena_init(&a, DEV_CPU, 1 << 20);
+        Tape t;
+        tape_init(&t, &a, run == 0 ? 1 : 4);
+        for (int i = 0; i < 4; i++)
+            in[i]->grad_defined = false;
+        Tensor *y = op_mha_core(&t, qk, qk, v, w, bias, NH, mask);
+        EXPECT(tape_backward(&t, y, dy) == 0, "backward failed");
+        res[run][0] = xmalloc(sizeof(float) * (size_t)y->n);
+        memcpy(res[run][0], y->data, sizeof(float) * (size_t)y->n);
+        for (int i = 0; i < 4; i++) {
+            res[run][i + 1] = xmalloc(sizeof(float) * (size_t)in[i]->n);
+            memcpy(res[run][i + 1], in[i]->grad, sizeof(float) * (size_t)in[i]->n);
+        }
+        tape_free(&t);
+        arena_free(&a);
+    }
+    int64_t n[5] = {B * L * E, qk->n, v->n, w->n, bias->n};
+    for (int k = 0; k < 5; k++) {
+        EXPECT(memcmp(res[0][k], res[1][k], sizeof(float) * (size_t)n[k]) == 0,
+               "mha tensor %d differs between 1 and 4 threads", k);
+        free(res[0][k]);
+        free(res[1][k]);
+    }
+    free(dy);
+    free(mask);
+}
+
 // ---- grid_sample ----
 static void test_grid_sample_hand(void) {
     Arena a;
@@ -401,6 +486,8 @@ int main(void) {
     make_mha_inputs();
     test_mha_forward();
     test_mha_grads();
+    test_attention_softmax_range();
+    test_mha_threads();
     test_grid_sample_hand();
     test_grid_sample_grads();
     test_deform_forward();

@@ -1,7 +1,8 @@
 /* test_ops_conv.c -- op_conv2d, op_maxpool2d, op_pad2d, op_upsample_nearest2d.
  * Conv: forward and all three gradients against a naive 7-loop reference (double accumulation)
  * over a table of configurations that reaches every kernel path (depthwise, pointwise,
- * im2col incl. a chunked one, grouped), then finite-difference gradchecks per path.
+ * im2col incl. a chunked one, grouped), equal results on 1 and 2 threads, then
+ * finite-difference gradchecks per path.
  * Pooling, padding, upsampling: hand-computed cases (PyTorch's ceil_mode and tie rules) and
  * gradchecks. */
 #include <math.h>
@@ -45,6 +46,8 @@ static const ConvCase conv_cases[] = {
     {"depthwise 5x5 s2 p2 odd", 1, 4, 11, 9, 4, 5, 5, P(2, 2, 2, 2, 1, 1, 4), true},
     {"depthwise 7x7 s2 p3 dil 2", 1, 3, 15, 14, 3, 7, 7, P(2, 2, 3, 3, 2, 2, 3), false},
     {"depthwise 3x3 p0 big", 2, 32, 40, 40, 32, 3, 3, P(1, 1, 0, 0, 1, 1, 32), false},
+    {"depthwise 3x3 s1 dil 2 pad 2x1", 2, 4, 9, 8, 4, 3, 3, P(1, 1, 2, 1, 2, 2, 4), true},
+    {"depthwise 5x3 s1 pad 3x0", 1, 3, 6, 9, 3, 5, 3, P(1, 1, 3, 0, 1, 1, 3), false},
     {"channel multiplier 2", 2, 4, 7, 7, 8, 3, 3, P(1, 1, 1, 1, 1, 1, 4), false},
     // 576 column rows x 8100 outputs exceed one im2col chunk (4M floats): two chunks
     {"3x3 chunked", 1, 64, 90, 90, 4, 3, 3, P(1, 1, 1, 1, 1, 1, 1), true},
@@ -168,6 +171,40 @@ static void test_conv_reference(void) {
         free(gx), free(gw), free(gb), free(out), free(dx), free(dw), free(db), free(dout);
         tape_free(&tape);
         arena_free(&arena);
+    }
+}
+
+// The threaded paths (im2col over rows, col2im over channels, the chunked forward, the
+// depthwise loops) against themselves: y, dx and dw bit-identical on 1 and 2 threads.
+static void test_conv_threads(void) {
+    static const ConvCase cases[] = {
+        {"3x3 chunked forward", 2, 16, 48, 48, 16, 3, 3, P(1, 1, 1, 1, 1, 1, 1), true},
+        {"2x2 stem", 2, 8, 41, 41, 8, 2, 2, P(1, 1, 0, 0, 1, 1, 1), false},
+        {"depthwise 5x5 s1", 2, 32, 20, 20, 32, 5, 5, P(1, 1, 2, 2, 1, 1, 32), false},
+        {"depthwise 3x3 s2", 2, 32, 20, 20, 32, 3, 3, P(2, 2, 1, 1, 1, 1, 32), false},
+    };
+    const Backend *be = backend_need(DEV_CPU);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const ConvCase *c = &cases[k];
+        const Conv2dParams *p = &c->p;
+        int64_t OH = out_size(c->H, c->KH, p->stride_h, p->pad_h, p->dil_h);
+        int64_t OW = out_size(c->W, c->KW, p->stride_w, p->pad_w, p->dil_w);
+        int64_t nx = c->B * c->C * c->H * c->W, nw = c->OC * (c->C / p->groups) * c->KH * c->KW;
+        int64_t ny = c->B * c->OC * OH * OW, n = ny + nx + nw + c->OC;
+        float *x = rand_floats(nx, 400 + k), *w = rand_floats(nw, 500 + k);
+        float *bias = rand_floats(c->OC, 600 + k), *dout = rand_floats(ny, 700 + k);
+        float *got[2]; // y, dx, dw, dbias back to back
+        for (int th = 1; th <= 2; th++) {
+            KernelCtx kc = {.n_threads = th};
+            float *r = got[th - 1] = xcalloc((size_t)n, sizeof(float));
+            be->conv2d_fwd(&kc, r, x, w, c->bias ? bias : NULL, c->B, c->C, c->H, c->W, c->OC, OH,
+                           OW, c->KH, c->KW, *p);
+            be->conv2d_bwd(&kc, r + ny, r + ny + nx, c->bias ? r + ny + nx + nw : NULL, dout, x, w,
+                           c->B, c->C, c->H, c->W, c->OC, OH, OW, c->KH, c->KW, *p);
+        }
+        EXPECT(memcmp(got[0], got[1], sizeof(float) * (size_t)n) == 0,
+               "%s: results differ on 1 and 2 threads", c->name);
+        free(got[0]), free(got[1]), free(x), free(w), free(bias), free(dout);
     }
 }
 
@@ -451,6 +488,7 @@ static void test_resample_gradcheck(void) {
 
 int main(void) {
     test_conv_reference();
+    test_conv_threads();
     test_conv_gradcheck();
     test_maxpool_forward();
     test_maxpool_reference();

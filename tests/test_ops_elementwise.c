@@ -150,6 +150,60 @@ static void test_clamp_nan(void) {
     teardown(&f);
 }
 
+// silu and sigmoid run on a vectorised exp (not libm's): over [-100, 100] and the special
+// values, forward and gradient against PyTorch's formulas in double, on a tensor long enough
+// for the threaded path, with identical results on 1 and 2 threads. relu's gradient is 0
+// wherever x <= 0, even where dout is inf or NaN (threshold_backward selects).
+#define ACT_N 100003
+static void test_activation_range(void) {
+    Tensor *x = tensor_leaf(&leaves, 1, (int64_t[]){ACT_N});
+    for (int64_t i = 0; i < ACT_N; i++)
+        x->data[i] = -100.0f + 200.0f * (float)i / (float)(ACT_N - 1);
+    const float special[] = {-INFINITY, INFINITY, NAN, -87.0f, -86.5f, 88.7f, 88.8f, 0.0f};
+    for (int k = 0; k < 8; k++)
+        x->data[k * 977] = special[k];
+    float *got[2][2]; // [threads - 1][silu, sigmoid], forward then gradient
+    for (int th = 1; th <= 2; th++)
+        for (int which = 0; which < 2; which++) {
+            Fixture f;
+            Tape *t = setup(&f, th);
+            Tensor *y = which ? op_sigmoid(t, x) : op_silu(t, x);
+            float *keep = xmalloc(sizeof(float) * 2 * ACT_N);
+            memcpy(keep, y->data, sizeof(float) * ACT_N);
+            memcpy(keep + ACT_N, grad_of_sum(t, y, x), sizeof(float) * ACT_N);
+            got[th - 1][which] = keep;
+            teardown(&f);
+        }
+    int64_t bad = 0;
+    for (int64_t i = 0; i < ACT_N; i++) {
+        // PyTorch's formulas in double: silu(-inf) and silu'(+-inf) are NaN there too
+        double v = x->data[i], s = 1.0 / (1.0 + exp(-v));
+        double want[4] = {v / (1.0 + exp(-v)), s * (1 + v * (1 - s)), s, s * (1 - s)};
+        float have[4] = {got[0][0][i], got[0][0][ACT_N + i], got[0][1][i], got[0][1][ACT_N + i]};
+        for (int k = 0; k < 4; k++) {
+            bool ok = isnan(want[k])   ? isnan(have[k])
+                      : isinf(want[k]) ? have[k] == want[k]
+                                       : fabs(have[k] - want[k]) <= 2e-6 + 1e-5 * fabs(want[k]);
+            if (!ok && bad++ < 5)
+                EXPECT(false, "activation %d at x = %g: %.9g, want %.9g", k, v, have[k], want[k]);
+        }
+    }
+    EXPECT(bad == 0, "%lld activation values off", (long long)bad);
+    for (int which = 0; which < 2; which++) {
+        EXPECT(memcmp(got[0][which], got[1][which], sizeof(float) * 2 * ACT_N) == 0,
+               "activation %d differs on 1 and 2 threads", which);
+        free(got[0][which]);
+        free(got[1][which]);
+    }
+
+    const float xr[4] = {-1, 0, -2, 3}, dr[4] = {INFINITY, NAN, -INFINITY, 2};
+    float gr[4] = {0};
+    KernelCtx kc = {.n_threads = 1};
+    backend_need(DEV_CPU)->relu_bwd(&kc, gr, xr, dr, 4);
+    EXPECT(gr[0] == 0 && gr[1] == 0 && gr[2] == 0 && gr[3] == 2, "relu grad %g %g %g %g", gr[0],
+           gr[1], gr[2], gr[3]);
+}
+
 typedef struct UnaryCase {
     const char *name;
     UnaryFn fn;
@@ -642,6 +696,7 @@ int main(void) {
     arena_init(&leaves, DEV_CPU, 1 << 24);
     test_unary_values();
     test_clamp_nan();
+    test_activation_range();
     test_unary_grads();
     test_dropout();
     test_dropout_grad();

@@ -1,6 +1,9 @@
-/* attention.c -- the non-GEMM pieces of linear layers and of multi-head attention: bias rows
- * (addmm's broadcast bias and its column-sum gradient) and the masked softmax over keys.
- * The GEMMs themselves are the backend's gemm/gemm_batched (OpenBLAS). */
+/* attention.c -- the non-GEMM pieces of linear layers (addmm's broadcast bias and its
+ * column-sum gradient) and the attention of the MHA core: per (batch, head), scores, masked
+ * softmax and the product with the values, forward and backward. One thread takes a whole
+ * (batch, head) at a time, so that its (Lq, Lk) scores stay in its cache from one GEMM to the
+ * next; its GEMMs run single-threaded (OpenBLAS's OpenMP build does so inside a parallel
+ * region). The GEMMs are gemm_cpu (kernels/cpu/gemm.c, OpenBLAS). */
 #include <math.h>
 
 #include "kernels/base.h"
@@ -12,16 +15,19 @@ void bias_rows_fwd_cpu(KernelCtx *kc, float *out, const float *bias, int64_t M, 
         memcpy(out + m * N, bias, (size_t)N * sizeof(float));
 }
 
-// Columns are summed in double, one block of 16 columns (a cache line) per task: every row
-// is read contiguously and no two threads write the same dbias entry.
+// Columns are summed in double, one block of BIAS_COLS columns per task: every row segment
+// is read contiguously (the block's sums stay in registers or L1), no two threads write the
+// same dbias entry, and the order of the sum does not depend on the thread count.
+#define BIAS_COLS 128
+
 void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N) {
-    const int64_t block = 16;
 #pragma omp parallel for num_threads(kc->n_threads) if (M * N > 65536)
-    for (int64_t n0 = 0; n0 < N; n0 += block) {
-        double acc[16] = {0};
-        int64_t nb = MIN(block, N - n0);
+    for (int64_t n0 = 0; n0 < N; n0 += BIAS_COLS) {
+        double acc[BIAS_COLS] = {0};
+        int64_t nb = MIN(BIAS_COLS, N - n0);
         for (int64_t m = 0; m < M; m++) {
             const float *row = dout + m * N + n0;
+#pragma omp simd
             for (int64_t j = 0; j < nb; j++)
                 acc[j] += row[j];
         }
@@ -30,43 +36,121 @@ void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M
     }
 }
 
-// PyTorch's CPU softmax over the last dim: max, exp(x - max), then a multiply by 1/sum.
-// A fully masked row has max = -inf and -inf - -inf = NaN, which propagates: NaN, as PyTorch.
-void attn_softmax_fwd_cpu(KernelCtx *kc, float *p, const float *s, const uint8_t *mask, int64_t BH,
-                          int64_t Lq, int64_t Lk) {
-    int64_t rows = BH * Lq;
-#pragma omp parallel for num_threads(kc->n_threads) if (rows * Lk > 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *in = s + r * Lk;
-        float *out = p + r * Lk;
-        const uint8_t *m = mask ? mask + (r % Lq) * Lk : NULL;
-        float max = -INFINITY;
+// exp(x) for x <= 0 or NaN (scores minus their row max), by the algorithm of Sleef's expf_u10,
+// which PyTorch's vectorised CPU softmax calls: x = q ln2 + r with q = rint(x / ln2) and ln2
+// split in two so that r is exact, exp(r) from a degree-7 polynomial, then times 2^q in two
+// halves so that results down to the denormals are right. Within 1.3 ulp of exp over
+// [-104, 0] (measured against double exp); 0 below -104 and for -inf, NaN for NaN.
+// Branch-free, with the final select done on the bits, so that `omp simd` loops vectorise it.
+static inline float exp_nonpos(float x) {
+    float q = (x * 1.442695040888963407359924681001892137f + 12582912.0f) - 12582912.0f;
+    float r = x - q * 0.693145751953125f;
+    r = r - q * 1.428606765330187045e-06f;
+    float u = 0.000198527617612853646278381f;
+    u = u * r + 0.00139304355252534151077271f;
+    u = u * r + 0.00833336077630519866943359f;
+    u = u * r + 0.0416664853692054748535156f;
+    u = u * r + 0.166666671633720397949219f;
+    u = u * r + 0.5f;
+    u = (r * r) * u + (r + 1.0f);
+    q = q > -150.0f ? q : -150.0f; // also maps NaN to a number before the int conversion
+    int32_t qi = (int32_t)q, q1 = qi / 2, q2 = qi - q1;
+    int32_t b1 = (q1 + 127) << 23, b2 = (q2 + 127) << 23; // 2^q1, 2^q2 as float bits
+    float s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    u = (u * s1) * s2;
+    int32_t bits, keep = x < -104.0f ? 0 : -1; // all ones, or 0 where exp(x) is 0
+    memcpy(&bits, &u, sizeof bits);
+    bits &= keep;
+    memcpy(&u, &bits, sizeof u);
+    return u;
+}
+
+// PyTorch's CPU softmax over one row of Lk scores, with s[k] taken as -inf where m[k] != 0
+// (m NULL: no mask): max, exp(x - max), then a multiply by 1/sum. out may equal in. A fully
+// masked row has max = -inf and -inf - -inf = NaN, which propagates: NaN, as PyTorch.
+static void softmax_row(float *out, const float *in, const uint8_t *m, int64_t Lk) {
+    float max = -INFINITY;
+    if (m) {
+#pragma omp simd reduction(max : max)
         for (int64_t k = 0; k < Lk; k++) {
-            float v = m && m[k] ? -INFINITY : in[k];
+            float x = in[k]; // read before the select, so that it vectorises
+            float v = m[k] ? -INFINITY : x;
             out[k] = v;
             max = v > max ? v : max;
         }
-        float sum = 0.0f;
+    } else {
+#pragma omp simd reduction(max : max)
         for (int64_t k = 0; k < Lk; k++) {
-            out[k] = expf(out[k] - max);
-            sum += out[k];
+            out[k] = in[k];
+            max = in[k] > max ? in[k] : max;
         }
-        float inv = 1.0f / sum;
-        for (int64_t k = 0; k < Lk; k++)
-            out[k] *= inv;
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < Lk; k++) {
+        out[k] = exp_nonpos(out[k] - max);
+        sum += out[k];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t k = 0; k < Lk; k++)
+        out[k] *= inv;
+}
+
+// The softmax backward over one row, in place: d (the gradient of the probabilities y) becomes
+// the gradient of the scores, y * (d - sum_k d*y).
+static void softmax_row_bwd(float *d, const float *y, int64_t Lk) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t k = 0; k < Lk; k++)
+        dot += d[k] * y[k];
+#pragma omp simd
+    for (int64_t k = 0; k < Lk; k++)
+        d[k] = (d[k] - dot) * y[k];
+}
+
+// Task bh = b*NH + h: head h of batch b is the D-column block h*D of each (L, E) matrix.
+void attention_fwd_cpu(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
+                       const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
+                       int64_t Lk, int64_t E) {
+    int64_t D = E / NH, LL = Lq * Lk;
+    KernelCtx one = {.n_threads = 1, .stream = kc->stream};
+#pragma omp parallel for num_threads(kc->n_threads) schedule(static)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH, col = (bh % NH) * D;
+        int64_t oq = b * Lq * E + col, ok = b * Lk * E + col;
+        float *ph = p + bh * LL;
+        gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, qs + oq, E, k + ok, E, 0.0f, ph, Lk);
+        for (int64_t q = 0; q < Lq; q++)
+            softmax_row(ph + q * Lk, ph + q * Lk, mask ? mask + q * Lk : NULL, Lk);
+        gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ph, Lk, v + ok, E, 0.0f, out + oq, E);
     }
 }
 
-void attn_softmax_bwd_cpu(KernelCtx *kc, float *ds, const float *dp, const float *p, int64_t R,
-                          int64_t Lk) {
-#pragma omp parallel for num_threads(kc->n_threads) if (R * Lk > 32768)
-    for (int64_t r = 0; r < R; r++) {
-        const float *g = dp + r * Lk, *y = p + r * Lk;
-        float dot = 0.0f;
-        for (int64_t k = 0; k < Lk; k++)
-            dot += g[k] * y[k];
-        float *d = ds + r * Lk;
-        for (int64_t k = 0; k < Lk; k++)
-            d[k] += (g[k] - dot) * y[k];
+// Per (batch, head): dP = dO v^T into a per-thread (Lq, Lk) scratch, dv += P^T dO, dS in
+// place of dP, dqs += dS k, dk += dS^T qs. Each task writes only its own head's columns.
+void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
+                       const float *p, const float *qs, const float *k, const float *v, int64_t B,
+                       int NH, int64_t Lq, int64_t Lk, int64_t E) {
+    int64_t D = E / NH, LL = Lq * Lk;
+    KernelCtx one = {.n_threads = 1, .stream = kc->stream};
+#pragma omp parallel num_threads(kc->n_threads)
+    {
+        float *ds = xmalloc(sizeof(float) * (size_t)LL);
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * NH; bh++) {
+            int64_t b = bh / NH, col = (bh % NH) * D;
+            int64_t oq = b * Lq * E + col, ok = b * Lk * E + col;
+            const float *ph = p + bh * LL, *g = dout + oq;
+            gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, g, E, v + ok, E, 0.0f, ds, Lk);
+            gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ph, Lk, g, E, 1.0f, dv + ok, E);
+            for (int64_t q = 0; q < Lq; q++)
+                softmax_row_bwd(ds + q * Lk, ph + q * Lk, Lk);
+            gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ds, Lk, k + ok, E, 1.0f, dqs + oq, E);
+            gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ds, Lk, qs + oq, E, 1.0f, dk + ok, E);
+        }
+        free(ds);
     }
 }

@@ -106,8 +106,8 @@ const Backend backend_cpu = {
     // BEGIN attention
     .bias_rows_fwd     = bias_rows_fwd_cpu,
     .bias_rows_bwd     = bias_rows_bwd_cpu,
-    .attn_softmax_fwd  = attn_softmax_fwd_cpu,
-    .attn_softmax_bwd  = attn_softmax_bwd_cpu,
+    .attention_fwd     = attention_fwd_cpu,
+    .attention_bwd     = attention_bwd_cpu,
     .grid_sample_fwd   = grid_sample_fwd_cpu,
     .grid_sample_bwd   = grid_sample_bwd_cpu,
     .msdeform_attn_fwd = msdeform_attn_fwd_cpu,

@@ -1,24 +1,47 @@
 /* conv.c -- nn.Conv2d forward and backward on the CPU, three paths:
- * - depthwise (groups == C == OC): a direct kernel, parallel over planes (forward, dx) or
- *   channels (dw), with no GEMM;
+ * - depthwise (groups == C == OC): a direct kernel, parallel over planes (forward) or
+ *   channels (backward), with no GEMM; stride 1 runs over zero-padded planes;
  * - pointwise (1x1, stride 1, no padding): the image is already the column matrix, so one
  *   GEMM per image and group, no copy;
  * - everything else: im2col in chunks of output rows, then per image, group and chunk
  *   out_g (OCg, rows*OW) = W_g (OCg, Cg*KH*KW) @ col (Cg*KH*KW, rows*OW); backward
  *   dW_g += dout_g @ col^T and dcol = W_g^T @ dout_g, folded back into dx by col2im.
- * Threads: the GEMM paths leave all threading to OpenBLAS. im2col/col2im are memory-bound and
- * stay on one thread because an OpenMP region just before a threaded GEMM leaves libgomp's
- * workers spinning on the cores OpenBLAS's threads need (2-thread GEMMs then ran slower than
- * 1-thread ones on a 2-core machine). */
+ * Threads: OpenBLAS threads the GEMMs; im2col (over column rows), col2im (over channels) and
+ * the depthwise loops are OpenMP loops. Both share libgomp's thread pool (blas.c loads the
+ * OpenMP build of OpenBLAS), so the regions do not fight over cores. Our loops compute each
+ * element on one thread in a fixed order, so their results do not depend on the thread count. */
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 // Column scratch cap, in floats (16 MiB): RT-DETR-L's largest im2col at 320 px (3x3 over
 // 64 channels at 80x80, 3.7M floats) fits in one chunk; bigger inputs are chunked by rows.
 #define COL_MAX_FLOATS ((int64_t)1 << 22)
+// The forward's chunk target (1 MiB): a chunk the GEMM reads back from L2 right after
+// im2col wrote it. Thin convs gain most (HGStem's 2x2 conv over 32 channels: 5.1 -> 3.5 ms
+// at 320 px); the backward keeps whole images (smaller chunks made 2-thread dW GEMMs slower).
+#define COL_CHUNK_FLOATS ((int64_t)1 << 18)
+// GEMM columns (rows * OW) below which a chunk is not cut further: narrower GEMMs lose
+// more to OpenBLAS's per-call packing than the cache saves.
+#define COL_MIN_N 1024
 
-// Multiply-adds below which a depthwise loop stays on one thread.
+// Multiply-adds (depthwise) or copied floats (im2col, col2im) below which a loop stays on
+// one thread.
 #define PAR_MIN_WORK ((int64_t)1 << 15)
+
+// The column buffer of the calling thread, kept between calls and grown on demand (at most
+// COL_MAX_FLOATS): a fresh multi-MiB allocation per call came back from the kernel as new
+// pages, one page fault per 4 KiB the im2col then touched. Never freed.
+static _Thread_local float *col_buf;
+static _Thread_local int64_t col_buf_floats;
+
+static float *col_scratch(int64_t n) {
+    if (n > col_buf_floats) {
+        free_cpu(col_buf);
+        col_buf = alloc_cpu(sizeof(float) * (size_t)n);
+        col_buf_floats = n;
+    }
+    return col_buf;
+}
 
 typedef struct Geom {
     int64_t B, C, H, W, OC, OH, OW;
@@ -116,16 +139,21 @@ static float dot_gather(const float *x, const float *y, int64_t stride, int64_t 
     return acc;
 }
 
-// Output rows per im2col chunk, so that the column matrix stays under COL_MAX_FLOATS.
-static int64_t chunk_rows(const Geom *g) {
-    return MAX(1, MIN(g->OH, COL_MAX_FLOATS / (g->K * g->OW)));
+// Output rows per im2col chunk: about `target` floats of column matrix, at least COL_MIN_N
+// columns, at most COL_MAX_FLOATS floats.
+static int64_t chunk_rows(const Geom *g, int64_t target) {
+    int64_t rows = MAX(target / (g->K * g->OW), CEIL_DIV(COL_MIN_N, g->OW));
+    rows = MIN(rows, COL_MAX_FLOATS / (g->K * g->OW));
+    return MAX(1, MIN(g->OH, rows));
 }
 
 // col (K, n_oh*OW) for output rows [oh0, oh0+n_oh) of one group's input x (Cg,H,W).
 // Row r = (c*KH + kh)*KW + kw; zero where the window reads padding.
-static void im2col(const Geom *g, float *col, const float *x, int64_t oh0, int64_t n_oh) {
+static void im2col(KernelCtx *kc, const Geom *g, float *col, const float *x, int64_t oh0,
+                   int64_t n_oh) {
     const Conv2dParams *p = &g->p;
     const int64_t OW = g->OW, n = n_oh * OW;
+#pragma omp parallel for num_threads(kc->n_threads) if (g->K * n > PAR_MIN_WORK)
     for (int64_t r = 0; r < g->K; r++) {
         int64_t c = r / (g->KH * g->KW);
         int kh = (int)(r / g->KW % g->KH), kw = (int)(r % g->KW);
@@ -148,9 +176,12 @@ static void im2col(const Geom *g, float *col, const float *x, int64_t oh0, int64
 }
 
 // dx (Cg,H,W) += the columns of dcol (K, n_oh*OW), im2col's adjoint.
-static void col2im(const Geom *g, float *dx, const float *dcol, int64_t oh0, int64_t n_oh) {
+// Parallel over input channels: channel c's plane only receives the rows of channel c.
+static void col2im(KernelCtx *kc, const Geom *g, float *dx, const float *dcol, int64_t oh0,
+                   int64_t n_oh) {
     const Conv2dParams *p = &g->p;
     const int64_t OW = g->OW, n = n_oh * OW;
+#pragma omp parallel for num_threads(kc->n_threads) if (g->K * n > PAR_MIN_WORK)
     for (int64_t c = 0; c < g->Cg; c++) {
         float *dxc = dx + c * g->H * g->W;
         for (int kh = 0; kh < g->KH; kh++)
@@ -235,6 +266,102 @@ static void depthwise_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw, co
     }
 }
 
+// ---- depthwise, stride 1: one long vector loop per tap over a zero-padded plane ----
+// With the input plane zero-padded to (Hp, Wp), output (oh, ow) reads
+// xp[(oh + kh*dil_h) * Wp + ow + kw*dil_w]. An output plane stored with row pitch Wp is then,
+// tap by tap, ONE axpy over L = (OH-1)*Wp + OW elements of xp at offset kh*dil_h*Wp + kw*dil_w,
+// instead of OH short ones (RT-DETR's 5x5 depthwise convs run on 20- and 10-wide rows). The
+// Wp - OW columns after each output row are scratch; in the backward they hold zeros.
+
+typedef struct Padded {
+    int64_t Hp, Wp, L;
+} Padded;
+
+static Padded padded(const Geom *g) {
+    Padded q = {g->H + 2 * g->p.pad_h, g->W + 2 * g->p.pad_w, 0};
+    q.L = (g->OH - 1) * q.Wp + g->OW;
+    return q;
+}
+
+// Offset in the padded plane of tap (kh, kw).
+static int64_t tap_offset(const Geom *g, const Padded *q, int kh, int kw) {
+    return (int64_t)kh * g->p.dil_h * q->Wp + (int64_t)kw * g->p.dil_w;
+}
+
+// xp (Hp, Wp) = the plane x (H, W) inside a border of zeros.
+static void pad_plane(const Geom *g, const Padded *q, float *xp, const float *x) {
+    memset(xp, 0, sizeof(float) * (size_t)(q->Hp * q->Wp));
+    for (int64_t h = 0; h < g->H; h++)
+        memcpy(xp + (h + g->p.pad_h) * q->Wp + g->p.pad_w, x + h * g->W,
+               sizeof(float) * (size_t)g->W);
+}
+
+static void depthwise_s1_fwd(KernelCtx *kc, const Geom *g, float *out, const float *x,
+                             const float *w, const float *bias) {
+    const Padded q = padded(g);
+    const int64_t n_planes = g->B * g->C, taps = g->KH * g->KW;
+#pragma omp parallel num_threads(kc->n_threads) if (n_planes * q.L * taps > PAR_MIN_WORK)
+    {
+        float *xp = alloc_cpu(sizeof(float) * (size_t)(q.Hp * q.Wp + q.L)), *acc = xp + q.Hp * q.Wp;
+#pragma omp for
+        for (int64_t bc = 0; bc < n_planes; bc++) {
+            const int64_t c = bc % g->C;
+            pad_plane(g, &q, xp, x + bc * g->H * g->W);
+            const float b0 = bias ? bias[c] : 0.0f;
+            for (int64_t i = 0; i < q.L; i++) acc[i] = b0;
+            for (int kh = 0; kh < g->KH; kh++)
+                for (int kw = 0; kw < g->KW; kw++)
+                    axpy_gather(acc, w[c * taps + kh * g->KW + kw], xp + tap_offset(g, &q, kh, kw),
+                                1, q.L);
+            float *op = out + bc * g->OH * g->OW;
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                memcpy(op + oh * g->OW, acc + oh * q.Wp, sizeof(float) * (size_t)g->OW);
+        }
+        free_cpu(xp);
+    }
+}
+
+// Parallel over channels, as depthwise_bwd. Per image: dout spread to pitch Wp (zeros in the
+// scratch columns, so they add nothing), then dw[c, tap] += dot(dout, xp shifted) and
+// dxp (padded) += w[c, tap] * dout shifted, whose interior is added to dx.
+static void depthwise_s1_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw, const float *dout,
+                             const float *x, const float *w) {
+    const Padded q = padded(g);
+    const int64_t taps = g->KH * g->KW, plane = q.Hp * q.Wp;
+#pragma omp parallel num_threads(kc->n_threads) if (g->B * g->C * q.L * taps > PAR_MIN_WORK)
+    {
+        float *xp = alloc_cpu(sizeof(float) * (size_t)(2 * plane + q.L));
+        float *dxp = xp + plane, *dpw = dxp + plane;
+#pragma omp for
+        for (int64_t c = 0; c < g->C; c++)
+            for (int64_t b = 0; b < g->B; b++) {
+                const int64_t bc = b * g->C + c;
+                const float *dop = dout + bc * g->OH * g->OW;
+                memset(dpw, 0, sizeof(float) * (size_t)q.L);
+                for (int64_t oh = 0; oh < g->OH; oh++)
+                    memcpy(dpw + oh * q.Wp, dop + oh * g->OW, sizeof(float) * (size_t)g->OW);
+                if (dw) {
+                    pad_plane(g, &q, xp, x + bc * g->H * g->W);
+                    for (int kh = 0; kh < g->KH; kh++)
+                        for (int kw = 0; kw < g->KW; kw++)
+                            dw[c * taps + kh * g->KW + kw] +=
+                                dot_gather(dpw, xp + tap_offset(g, &q, kh, kw), 1, q.L);
+                }
+                if (!dx) continue;
+                memset(dxp, 0, sizeof(float) * (size_t)plane);
+                for (int kh = 0; kh < g->KH; kh++)
+                    for (int kw = 0; kw < g->KW; kw++)
+                        axpy_scatter(dxp + tap_offset(g, &q, kh, kw), 1,
+                                     w[c * taps + kh * g->KW + kw], dpw, q.L);
+                float *dxb = dx + bc * g->H * g->W;
+                for (int64_t h = 0; h < g->H; h++)
+                    axpy_gather(dxb + h * g->W, 1.0f, dxp + (h + g->p.pad_h) * q.Wp + g->p.pad_w, 1,
+                                g->W);
+            }
+        free_cpu(xp);
+    }
+}
+
 // ---- entry points ----
 
 void conv2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *w, const float *bias,
@@ -242,12 +369,15 @@ void conv2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *w, c
                     int64_t OW, int KH, int KW, Conv2dParams p) {
     const Geom g = geom(B, C, H, W, OC, OH, OW, KH, KW, p);
     if (is_depthwise(&g)) {
-        depthwise_fwd(kc, &g, out, x, w, bias);
+        if (p.stride_h == 1 && p.stride_w == 1)
+            depthwise_s1_fwd(kc, &g, out, x, w, bias);
+        else
+            depthwise_fwd(kc, &g, out, x, w, bias);
         return;
     }
-    const int64_t HW = H * W, OHW = OH * OW, rows = chunk_rows(&g);
+    const int64_t HW = H * W, OHW = OH * OW, rows = chunk_rows(&g, COL_CHUNK_FLOATS);
     const bool pointwise = is_pointwise(&g);
-    float *col = pointwise ? NULL : alloc_cpu(sizeof(float) * (size_t)(g.K * rows * OW));
+    float *col = pointwise ? NULL : col_scratch(g.K * rows * OW);
     for (int64_t b = 0; b < B; b++)
         for (int grp = 0; grp < p.groups; grp++) {
             const float *xg = x + (b * C + grp * g.Cg) * HW, *wg = w + grp * g.OCg * g.K;
@@ -258,12 +388,11 @@ void conv2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *w, c
             }
             for (int64_t oh0 = 0; oh0 < OH; oh0 += rows) {
                 const int64_t n_oh = MIN(rows, OH - oh0), n = n_oh * OW;
-                im2col(&g, col, xg, oh0, n_oh);
+                im2col(kc, &g, col, xg, oh0, n_oh);
                 gemm_cpu(kc, false, false, g.OCg, n, g.K, 1.0f, wg, g.K, col, n, 0.0f,
                          og + oh0 * OW, OHW);
             }
         }
-    free_cpu(col);
     if (!bias) return;
     for (int64_t bo = 0; bo < B * OC; bo++) {
         float *o = out + bo * OHW;
@@ -292,12 +421,15 @@ void conv2d_bwd_cpu(KernelCtx *kc, float *dx, float *dw, float *dbias, const flo
     }
     if (!dx && !dw) return;
     if (is_depthwise(&g)) {
-        depthwise_bwd(kc, &g, dx, dw, dout, x, w);
+        if (p.stride_h == 1 && p.stride_w == 1)
+            depthwise_s1_bwd(kc, &g, dx, dw, dout, x, w);
+        else
+            depthwise_bwd(kc, &g, dx, dw, dout, x, w);
         return;
     }
-    const int64_t rows = chunk_rows(&g);
+    const int64_t rows = chunk_rows(&g, COL_MAX_FLOATS);
     const bool pointwise = is_pointwise(&g);
-    float *col = pointwise ? NULL : alloc_cpu(sizeof(float) * (size_t)(g.K * rows * OW));
+    float *col = pointwise ? NULL : col_scratch(g.K * rows * OW);
     for (int64_t b = 0; b < B; b++)
         for (int grp = 0; grp < p.groups; grp++) {
             const float *xg = x + (b * C + grp * g.Cg) * HW, *wg = w + grp * g.OCg * g.K;
@@ -317,16 +449,15 @@ void conv2d_bwd_cpu(KernelCtx *kc, float *dx, float *dw, float *dbias, const flo
                 const int64_t n_oh = MIN(rows, OH - oh0), n = n_oh * OW;
                 const float *dchunk = dg + oh0 * OW;
                 if (dwg) {
-                    im2col(&g, col, xg, oh0, n_oh);
+                    im2col(kc, &g, col, xg, oh0, n_oh);
                     gemm_cpu(kc, false, true, g.OCg, g.K, n, 1.0f, dchunk, OHW, col, n, 1.0f, dwg,
                              g.K);
                 }
                 if (dxg) { // the column buffer is free again: reuse it for dcol
                     gemm_cpu(kc, true, false, g.K, n, g.OCg, 1.0f, wg, g.K, dchunk, OHW, 0.0f, col,
                              n);
-                    col2im(&g, dxg, col, oh0, n_oh);
+                    col2im(kc, &g, dxg, col, oh0, n_oh);
                 }
             }
         }
-    free_cpu(col);
 }

@@ -141,10 +141,12 @@ void upsample_nearest2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, int
 // ---- attention.c ----
 void bias_rows_fwd_cpu(KernelCtx *kc, float *out, const float *bias, int64_t M, int64_t N);
 void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
-void attn_softmax_fwd_cpu(KernelCtx *kc, float *p, const float *s, const uint8_t *mask,
-                          int64_t BH, int64_t Lq, int64_t Lk);
-void attn_softmax_bwd_cpu(KernelCtx *kc, float *ds, const float *dp, const float *p, int64_t R,
-                          int64_t Lk);
+void attention_fwd_cpu(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
+                       const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
+                       int64_t Lk, int64_t E);
+void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
+                       const float *p, const float *qs, const float *k, const float *v, int64_t B,
+                       int NH, int64_t Lq, int64_t Lk, int64_t E);
 // ---- deform_attn.c ----
 void grid_sample_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B,
                          int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo);

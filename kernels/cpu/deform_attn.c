@@ -1,8 +1,9 @@
 /* deform_attn.c -- bilinear sampling exactly as PyTorch's CPU grid_sampler_2d (bilinear,
  * padding_mode='zeros', align_corners=False), and its two users: grid_sample on (B,C,H,W)
  * images and Ultralytics' multi-scale deformable attention on (B,N,NH,D) token maps.
- * One helper computes a point's four taps; the users differ only in the stride between
- * neighbouring pixels (1 in an image plane, NH*D in a token map). */
+ * One helper computes a point's four taps. grid_sample samples channel by channel, each an
+ * image plane; deformable attention reads each corner's D channels as one contiguous row of
+ * the token map, so that its channel loops vectorise. */
 #include <math.h>
 #include <stdbool.h>
 
@@ -11,6 +12,8 @@
 
 // Levels of one deformable-attention call (RT-DETR uses 3; the level offsets live on the stack).
 #define MSDEFORM_MAX_LEVELS 16
+// Channels per head (RT-DETR: 256 / 8 = 32): the size of zero_row and of a stack row.
+#define MSDEFORM_MAX_D 256
 
 typedef struct Taps {
     int64_t off[4];   // pixel index y*W + x of the nw, ne, sw, se corners (0 where outside)
@@ -66,10 +69,9 @@ static inline float bilinear_sample(const float *plane, int64_t stride, const Ta
 // The adjoint of bilinear_sample for one channel, given go = d(sample): scatters wt[k] * go
 // into the inside corners of dplane (skipped when NULL) and adds this channel's share of the
 // gradient w.r.t. the pixel coordinates (x, y) to *gx, *gy. The caller multiplies the sums by
-// d(x)/d(gx) = W/2 and d(y)/d(gy) = H/2, as PyTorch does after its channel loop. Returns the
-// sample itself (bilinear_sample's value), which deformable attention's weight gradient needs.
-static inline float bilinear_backward(float *dplane, const float *plane, int64_t stride,
-                                      const Taps *t, float go, float *gx, float *gy) {
+// d(x)/d(gx) = W/2 and d(y)/d(gy) = H/2, as PyTorch does after its channel loop.
+static inline void bilinear_backward(float *dplane, const float *plane, int64_t stride,
+                                     const Taps *t, float go, float *gx, float *gy) {
     if (dplane)
         for (int k = 0; k < 4; k++)
             if (t->in[k]) dplane[t->off[k] * stride] += t->wt[k] * go;
@@ -77,7 +79,6 @@ static inline float bilinear_backward(float *dplane, const float *plane, int64_t
     float sw = tap(plane, stride, t, 2), se = tap(plane, stride, t, 3);
     *gx += ((ne - nw) * t->s + (se - sw) * t->n) * go;
     *gy += ((sw - nw) * t->e + (se - ne) * t->w) * go;
-    return nw * t->wt[0] + ne * t->wt[1] + sw * t->wt[2] + se * t->wt[3];
 }
 
 // ---- grid_sample ----
@@ -131,13 +132,26 @@ static void level_starts(int64_t *start, const int64_t *shapes, int L, int64_t N
           (long long)N);
 }
 
+// Value rows of a point's four corners in a token map (pixels, NH*D) whose row for pixel 0 is
+// `plane`: corner k's D channels are the contiguous floats rows[k][0..D), and an outside corner
+// reads zero_row, so the channel loops below run over plain rows and vectorise.
+static const float zero_row[MSDEFORM_MAX_D];
+
+static inline void corner_rows(const float *rows[4], const float *plane, int64_t stride,
+                               const Taps *t) {
+    for (int k = 0; k < 4; k++)
+        rows[k] = t->in[k] ? plane + t->off[k] * stride : zero_row;
+}
+
 // Index i = (b*Lq + q)*NH + h walks out's (B, Lq, NH) rows of D floats, and loc/aw's
-// (B, Lq, NH) blocks of L*P points. Each task writes only its own output row.
+// (B, Lq, NH) blocks of L*P points. Each task writes only its own output row. The sample is
+// bilinear_sample's sum, in its order, for each channel.
 void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const float *loc,
                            const float *aw, const int64_t *shapes, int64_t B, int64_t N, int NH,
                            int D, int L, int64_t Lq, int P) {
     int64_t start[MSDEFORM_MAX_LEVELS];
     level_starts(start, shapes, L, N);
+    CHECK(D <= MSDEFORM_MAX_D, "msdeform_attn: head dim %d (at most %d)", D, MSDEFORM_MAX_D);
     int64_t stride = (int64_t)NH * D, rows = B * Lq * NH;
 #pragma omp parallel for num_threads(kc->n_threads) if (rows * L * P * D > 32768)
     for (int64_t i = 0; i < rows; i++) {
@@ -152,9 +166,14 @@ void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const 
                 // grid = 2 * loc - 1, as the PyTorch code computes it before grid_sample
                 Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
                                        shapes[2 * l], shapes[2 * l + 1]);
+                const float *c[4];
+                corner_rows(c, plane, stride, &t);
                 float a = aw[j];
+#pragma omp simd
                 for (int d = 0; d < D; d++)
-                    o[d] += bilinear_sample(plane + d, stride, &t) * a;
+                    o[d] += (c[0][d] * t.wt[0] + c[1][d] * t.wt[1] + c[2][d] * t.wt[2] +
+                             c[3][d] * t.wt[3]) *
+                            a;
             }
         }
     }
@@ -162,17 +181,20 @@ void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const 
 
 // One task per (b, h): it alone touches value[b, :, h, :] (so the dvalue scatter has no
 // races) and the loc/aw entries of head h of batch b. Per point: the sample's gradient is
-// g*a (g = dout row), daw = sum_d g*sample, and the coordinate gradient is grid_sample's.
+// go = g*a (g = dout row), daw = sum_d g*sample, and the coordinate gradient is
+// bilinear_backward's, summed over the channels.
 void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw, const float *dout,
                            const float *value, const float *loc, const float *aw,
                            const int64_t *shapes, int64_t B, int64_t N, int NH, int D, int L,
                            int64_t Lq, int P) {
     int64_t start[MSDEFORM_MAX_LEVELS];
     level_starts(start, shapes, L, N);
+    CHECK(D <= MSDEFORM_MAX_D, "msdeform_attn: head dim %d (at most %d)", D, MSDEFORM_MAX_D);
     int64_t stride = (int64_t)NH * D;
 #pragma omp parallel for num_threads(kc->n_threads) if (B * NH * Lq * L * P * D > 32768)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
+        float go[MSDEFORM_MAX_D];
         for (int64_t q = 0; q < Lq; q++) {
             int64_t i = (b * Lq + q) * NH + h;
             const float *g = dout + i * D;
@@ -183,11 +205,27 @@ void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw
                     int64_t j = (i * L + l) * P + p;
                     Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
                                            Hl, Wl);
-                    float a = aw[j], gx = 0.0f, gy = 0.0f, ga = 0.0f;
+                    const float *c[4];
+                    corner_rows(c, value + base, stride, &t);
+                    float a = aw[j];
+#pragma omp simd
                     for (int d = 0; d < D; d++)
-                        ga += g[d] * bilinear_backward(dvalue ? dvalue + base + d : NULL,
-                                                       value + base + d, stride, &t, g[d] * a, &gx,
-                                                       &gy);
+                        go[d] = g[d] * a;
+                    for (int k = 0; dvalue && k < 4; k++) {
+                        if (!t.in[k]) continue;
+                        float *dc = dvalue + base + t.off[k] * stride, wk = t.wt[k];
+#pragma omp simd
+                        for (int d = 0; d < D; d++)
+                            dc[d] += wk * go[d];
+                    }
+                    float gx = 0.0f, gy = 0.0f, ga = 0.0f;
+#pragma omp simd reduction(+ : gx, gy, ga)
+                    for (int d = 0; d < D; d++) {
+                        float nw = c[0][d], ne = c[1][d], sw = c[2][d], se = c[3][d];
+                        gx += ((ne - nw) * t.s + (se - sw) * t.n) * go[d];
+                        gy += ((sw - nw) * t.e + (se - ne) * t.w) * go[d];
+                        ga += g[d] * (nw * t.wt[0] + ne * t.wt[1] + sw * t.wt[2] + se * t.wt[3]);
+                    }
                     if (daw) daw[j] += ga;
                     // d(loc) = 2 d(grid): the grid is 2 * loc - 1
                     if (dloc) {

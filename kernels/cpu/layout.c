@@ -89,9 +89,10 @@ static void permute_impl(KernelCtx *kc, float *out, const float *inp, int ndim,
             outer_offsets(&p, a, -1, r, &io, &oo);
             float *dst = out + oo;
             const float *src = inp + io;
-            if (acc)
+            if (acc) {
+#pragma omp simd
                 for (int64_t j = 0; j < row; j++) dst[j] += src[j];
-            else memcpy(dst, src, (size_t)row * sizeof(float));
+            } else memcpy(dst, src, (size_t)row * sizeof(float));
         }
         return;
     }
@@ -150,9 +151,10 @@ static void blocks_impl(KernelCtx *kc, float *out, int64_t out_stride, const flo
         const int64_t o = u / per_row, j0 = (u % per_row) * CHUNK, len = MIN(CHUNK, inner - j0);
         float *dst = out + o * out_stride + j0;
         const float *src = inp + o * in_stride + j0;
-        if (acc)
+        if (acc) {
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dst[j] += src[j];
-        else memcpy(dst, src, (size_t)len * sizeof(float));
+        } else memcpy(dst, src, (size_t)len * sizeof(float));
     }
 }
 
@@ -177,7 +179,7 @@ void gather_rows_fwd_cpu(KernelCtx *kc, float *out, const float *inp, const int6
         const int64_t o = r / n_idx, i = r % n_idx;
         const float *src = inp + (o * n_src + idx[o * idx_stride + i]) * inner;
         float *dst = out + r * inner;
-        for (int64_t j = 0; j < inner; j++) dst[j] = src[j];
+        memcpy(dst, src, (size_t)inner * sizeof(float));
     }
 }
 
@@ -196,6 +198,7 @@ void gather_rows_bwd_cpu(KernelCtx *kc, float *dinp, const float *dout, const in
         for (int64_t i = 0; i < n_idx; i++) {
             float *dst = dinp + (o * n_src + idx[o * idx_stride + i]) * inner + j0;
             const float *src = dout + (o * n_idx + i) * inner + j0;
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dst[j] += src[j];
         }
     }

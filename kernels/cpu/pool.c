@@ -15,6 +15,29 @@ static void valid_cols(int64_t off, int stride, int64_t W, int64_t OW, int64_t *
     *hi = MAX(*lo, MIN(b, OW));
 }
 
+// One window element for n neighbouring windows: lane j compares src[j * sw] (flat index
+// base + j * sw in the plane) with its running maximum m[j] and index best[j] (NULL: no
+// indices). A NaN always wins. int32 indices and counter keep the loop in 4-lane vectors;
+// the callers pass sw = 1 as a constant, which turns the strided loads into plain ones.
+static inline void window_step(float *restrict m, int32_t *restrict best, const float *restrict src,
+                               int32_t base, int sw, int32_t n) {
+    if (best) {
+#pragma omp simd
+        for (int32_t j = 0; j < n; j++) {
+            float v = src[j * sw];
+            bool take = (v > m[j]) | (v != v);
+            m[j] = take ? v : m[j];
+            best[j] = take ? base + j * sw : best[j];
+        }
+    } else {
+#pragma omp simd
+        for (int32_t j = 0; j < n; j++) {
+            float v = src[j * sw];
+            m[j] = (v > m[j]) | (v != v) ? v : m[j];
+        }
+    }
+}
+
 // One output row at a time, vectorised across its windows: the window elements are visited
 // in row-major order (ih, then kw), each lane keeping its running maximum in the output row
 // and its offset in the index row, so every window sees PyTorch's sequence of compares.
@@ -31,31 +54,26 @@ void maxpool2d_fwd_cpu(KernelCtx *kc, float *out, int32_t *idx, const float *x, 
             h0 = MAX(h0, 0);
             float *m = out + (pl * OH + oh) * OW;
             int32_t *best = idx ? idx + (pl * OH + oh) * OW : NULL;
+#pragma omp simd
             for (int64_t ow = 0; ow < OW; ow++) m[ow] = -INFINITY;
-            if (best) // the first in-image element, kept when nothing beats -inf
-                for (int64_t ow = 0; ow < OW; ow++)
-                    best[ow] = (int32_t)(h0 * W + MAX(ow * sw - p.pad_w, 0));
+            if (best) { // the first in-image element, kept when nothing beats -inf
+                const int32_t row0 = (int32_t)(h0 * W), s = (int32_t)sw, pad = p.pad_w;
+#pragma omp simd
+                for (int32_t ow = 0; ow < (int32_t)OW; ow++)
+                    best[ow] = row0 + MAX(ow * s - pad, 0);
+            }
             for (int64_t ih = h0; ih < h1; ih++)
                 for (int kw = 0; kw < p.k_w; kw++) {
                     const int64_t off = kw - p.pad_w;
-                    const float *row = xp + ih * W;
                     int64_t lo, hi;
                     valid_cols(off, p.stride_w, W, OW, &lo, &hi);
-                    if (best) {
-#pragma omp simd
-                        for (int64_t ow = lo; ow < hi; ow++) {
-                            float v = row[ow * sw + off];
-                            bool take = (v > m[ow]) | (v != v); // a NaN always wins
-                            m[ow] = take ? v : m[ow];
-                            best[ow] = take ? (int32_t)(ih * W + ow * sw + off) : best[ow];
-                        }
-                    } else {
-#pragma omp simd
-                        for (int64_t ow = lo; ow < hi; ow++) {
-                            float v = row[ow * sw + off];
-                            m[ow] = (v > m[ow]) | (v != v) ? v : m[ow];
-                        }
-                    }
+                    const int64_t first = ih * W + lo * sw + off; // in-plane index of window lo
+                    const int32_t n = (int32_t)(hi - lo);
+                    int32_t *b = best ? best + lo : NULL;
+                    if (sw == 1)
+                        window_step(m + lo, b, xp + first, (int32_t)first, 1, n);
+                    else
+                        window_step(m + lo, b, xp + first, (int32_t)first, (int)sw, n);
                 }
         }
     }

@@ -1,9 +1,9 @@
 /* attention.c -- op_mha_core: F.multi_head_attention_forward (torch 2.x, need_weights=True
  * path, dropout 0) for batch-first tensors, up to and excluding out_proj. Heads are column
- * blocks of the (B, L, E) projections, so every per-(batch, head) product is a gemm_batched
- * over the NH heads of one batch element with row stride E and head stride D: no permutes.
- * Kernels: gemm (kernels/cpu/gemm.c), bias rows and the masked softmax (kernels/cpu/attention.c).
- * Backward derivation: trainer/ops/README.md. */
+ * blocks of the (B, L, E) projections, so the per-(batch, head) products need no permutes.
+ * Kernels: gemm (kernels/cpu/gemm.c) for the projections; bias rows and the attention itself
+ * (scores, masked softmax, values; kernels/cpu/attention.c). Backward derivation:
+ * trainer/ops/README.md. */
 #include <math.h>
 
 #include "trainer/ops/ops.h"
@@ -47,40 +47,22 @@ static void mha_core_backward(Tape *t, Node *n) {
     const MhaCtx *c = n->ctx;
     const Backend *be = backend_need(query->dev);
     int64_t B = query->shape[0], Lq = query->shape[1], E = query->shape[2], Lk = key->shape[1];
-    int NH = c->n_heads;
-    int64_t D = E / NH, LL = Lq * Lk;
-    const float *dout = out->grad;
 
     float *dqs = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
     float *dq = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
     float *dk = be->alloc(sizeof(float) * (size_t)(B * Lk * E));
     float *dv = be->alloc(sizeof(float) * (size_t)(B * Lk * E));
-    float *dp = be->alloc(sizeof(float) * (size_t)(NH * LL)); // one batch element at a time
-    float *ds = be->alloc(sizeof(float) * (size_t)(NH * LL));
-    for (int64_t b = 0; b < B; b++) {
-        const float *p = c->p + b * NH * LL, *g = dout + b * Lq * E;
-        const float *qs = c->qs + b * Lq * E, *k = c->k + b * Lk * E, *v = c->v + b * Lk * E;
-        // per head: dP = dO V^T, dV = P^T dO, dS = softmax'(P) dP, dQs = dS K, dK = dS^T Qs
-        be->gemm_batched(&t->kc, NH, false, true, Lq, Lk, D, 1.0f, g, E, D, v, E, D, 0.0f, dp, Lk,
-                         LL);
-        be->gemm_batched(&t->kc, NH, true, false, Lk, D, Lq, 1.0f, p, Lk, LL, g, E, D, 0.0f,
-                         dv + b * Lk * E, E, D);
-        be->fill(&t->kc, ds, 0.0f, NH * LL);
-        be->attn_softmax_bwd(&t->kc, ds, dp, p, NH * Lq, Lk);
-        be->gemm_batched(&t->kc, NH, false, false, Lq, D, Lk, 1.0f, ds, Lk, LL, k, E, D, 0.0f,
-                         dqs + b * Lq * E, E, D);
-        be->gemm_batched(&t->kc, NH, true, false, Lk, D, Lq, 1.0f, ds, Lk, LL, qs, E, D, 0.0f,
-                         dk + b * Lk * E, E, D);
-    }
-    // qs = q * scale, so dq = dqs * scale (0 + scale*x: the product rounded once, as PyTorch)
-    be->fill(&t->kc, dq, 0.0f, B * Lq * E);
-    be->axpy(&t->kc, dq, c->scale, dqs, B * Lq * E);
+    be->fill(&t->kc, dqs, 0.0f, B * Lq * E);
+    be->fill(&t->kc, dk, 0.0f, B * Lk * E);
+    be->fill(&t->kc, dv, 0.0f, B * Lk * E);
+    be->attention_bwd(&t->kc, dqs, dk, dv, out->grad, c->p, c->qs, c->k, c->v, B, c->n_heads, Lq,
+                      Lk, E);
+    // qs = q * scale, so dq = dqs * scale, the product rounded once as in PyTorch
+    be->scale_fwd(&t->kc, dq, dqs, c->scale, B * Lq * E);
 
     project_backward(t, be, dq, query, w, bias, 0, B * Lq, E);
     project_backward(t, be, dk, key, w, bias, 1, B * Lk, E);
     project_backward(t, be, dv, value, w, bias, 2, B * Lk, E);
-    be->free(ds);
-    be->free(dp);
     be->free(dv);
     be->free(dk);
     be->free(dq);
@@ -111,8 +93,9 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     const Backend *be = backend_need(query->dev);
     KERNEL_CHECK(be, bias_rows_fwd);
     KERNEL_CHECK(be, bias_rows_bwd);
-    KERNEL_CHECK(be, attn_softmax_fwd);
-    KERNEL_CHECK(be, attn_softmax_bwd);
+    KERNEL_CHECK(be, attention_fwd);
+    KERNEL_CHECK(be, attention_bwd);
+    KERNEL_CHECK(be, scale_fwd);
     int NH = n_heads;
     int64_t D = E / NH, LL = Lq * Lk;
     // math.sqrt(1.0 / float(E)) in Python's double, applied to a float tensor as a float
@@ -126,8 +109,7 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
 
     float *q = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
     project(t, be, q, query->data, in_proj_weight, in_proj_bias, 0, B * Lq, E);
-    be->fill(&t->kc, c.qs, 0.0f, B * Lq * E);
-    be->axpy(&t->kc, c.qs, scale, q, B * Lq * E); // q * scale, rounded once
+    be->scale_fwd(&t->kc, c.qs, q, scale, B * Lq * E); // q * scale, rounded once
     be->free(q);
     project(t, be, c.k, key->data, in_proj_weight, in_proj_bias, 1, B * Lk, E);
     project(t, be, c.v, value->data, in_proj_weight, in_proj_bias, 2, B * Lk, E);
@@ -139,15 +121,8 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
         be->to_device(mask, attn_mask, (size_t)LL);
     }
 
-    // scores (B, NH, Lq, Lk) = qs_h k_h^T per head, softmax in place, out_h = P v_h
     Tensor *out = tensor_3d(t->arena, B, Lq, E);
-    for (int64_t b = 0; b < B; b++)
-        be->gemm_batched(&t->kc, NH, false, true, Lq, Lk, D, 1.0f, c.qs + b * Lq * E, E, D,
-                         c.k + b * Lk * E, E, D, 0.0f, c.p + b * NH * LL, Lk, LL);
-    be->attn_softmax_fwd(&t->kc, c.p, c.p, mask, B * NH, Lq, Lk);
-    for (int64_t b = 0; b < B; b++)
-        be->gemm_batched(&t->kc, NH, false, false, Lq, D, Lk, 1.0f, c.p + b * NH * LL, Lk, LL,
-                         c.v + b * Lk * E, E, D, 0.0f, out->data + b * Lq * E, E, D);
+    be->attention_fwd(&t->kc, out->data, c.p, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
 
     Node *n =
         tape_record(t, &mha_core_info,
