@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_tests.sh DIR TRAIN [NAME] -- runs every test binary in DIR (or DIR/test_NAME), each under
-# a time limit, and the CLI tests in tests/cli/*.sh against TRAIN. Prints PASS/FAIL/SKIP per
+# a time limit, and the CLI tests in tests/cli/*.sh (but lib.sh, their helpers) against TRAIN.
+# Prints PASS/FAIL/SKIP per
 # test and, last, "N passed, N failed, N skipped". Exits 1 if any test failed.
 set -u
 dir=$1; train=$2; only=${3:-}
@@ -23,6 +24,7 @@ for t in "$dir"/test_*; do
 done
 for s in tests/cli/*.sh; do
     [ -e "$s" ] || continue
+    [ "$(basename "$s")" = lib.sh ] && continue
     name=cli/$(basename "$s" .sh)
     [ -n "$only" ] && [ "$name" != "cli/$only" ] && continue
     run "$name" "$dir/$(basename "$s" .sh).cli.log" bash "$s" "$train"

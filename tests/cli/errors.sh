@@ -3,23 +3,9 @@
 # tests/fixtures/bad_yaml/X.yaml fails with exactly the line in X.err, and so do a missing
 # file, bad key=value arguments and a missing model=; no arguments prints the usage (2),
 # --help prints it on stdout (0).
-set -u
-train=$(realpath "$1")
+source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 
-expect_error() { # expected-line, args...
-    local want=$1; shift
-    "$train" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ $rc -ne 2 ]; then echo "FAIL: $* exited $rc, expected 2"; fail=1; fi
-    if [ -s "$tmp/out" ]; then echo "FAIL: $* wrote to stdout"; fail=1; fi
-    if [ "$(wc -l <"$tmp/err")" -ne 1 ] || [ "$(cat "$tmp/err")" != "$want" ]; then
-        echo "FAIL: $*"; echo "  got:      $(cat "$tmp/err")"; echo "  expected: $want"; fail=1
-    fi
-}
 
 n=0
 for y in tests/fixtures/bad_yaml/*.yaml; do

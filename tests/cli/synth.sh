@@ -2,11 +2,7 @@
 # synth.sh TRAIN -- `TRAIN synth`: writes the documented layout and summary line, the same
 # seed gives byte-identical files and another seed different ones, and every bad argument is
 # one line on stderr with exit status 2.
-set -u
-train=$(realpath "$1")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/lib.sh"
 
 out=$("$train" synth out="$tmp/a" n=20 imgsz=64 classes=4 empty=0.5 seed=3 2>"$tmp/err")
 rc=$?
@@ -29,16 +25,6 @@ awk 'NF != 5 || $1 < 0 || $1 > 3 || $2 < 0 || $2 > 1 || $3 < 0 || $3 > 1 { bad =
     (cd "$tmp/c" && find images labels -type f | sort | xargs cat | md5sum) >"$tmp/c.md5" &&
     ! cmp -s "$tmp/a.md5" "$tmp/c.md5" || { echo "FAIL: another seed gave the same files"; fail=1; }
 
-expect_error() { # expected-line, args...
-    local want=$1; shift
-    "$train" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ $rc -ne 2 ]; then echo "FAIL: $* exited $rc, expected 2"; fail=1; fi
-    if [ -s "$tmp/out" ]; then echo "FAIL: $* wrote to stdout"; fail=1; fi
-    if [ "$(wc -l <"$tmp/err")" -ne 1 ] || [ "$(cat "$tmp/err")" != "$want" ]; then
-        echo "FAIL: $*"; echo "  got:      $(cat "$tmp/err")"; echo "  expected: $want"; fail=1
-    fi
-}
 p="ddpdbg-train synth"
 expect_error "$p: missing out= (the dataset folder to create)" synth n=5
 expect_error "$p: n must be an integer in [2, 10000000], got '1'" synth out="$tmp/d" n=1

@@ -4,22 +4,8 @@
 # nothing on stdout; a 1-epoch rtdetr-tiny run on a synthetic dataset with one corrupt image
 # warns about it, counts it, prints the progress header, a row and the validation `all` row,
 # and writes last.ckpt; lr0=1e10 stops with exit status 1 naming the term and the iteration.
-set -u
-train=$(realpath "$1")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/lib.sh"
 
-expect_error() { # expected-line, args...
-    local want=$1; shift
-    "$train" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ $rc -ne 2 ]; then echo "FAIL: $* exited $rc, expected 2"; fail=1; fi
-    if [ -s "$tmp/out" ]; then echo "FAIL: $* wrote to stdout"; fail=1; fi
-    if [ "$(wc -l <"$tmp/err")" -ne 1 ] || [ "$(cat "$tmp/err")" != "$want" ]; then
-        echo "FAIL: $*"; echo "  got:      $(cat "$tmp/err")"; echo "  expected: $want"; fail=1
-    fi
-}
 
 "$train" synth out="$tmp/d" n=10 imgsz=96 classes=2 seed=2 >/dev/null || { echo "FAIL: synth"; exit 1; }
 d=$tmp/d/data.yaml

@@ -19,42 +19,16 @@ Per case <c> (dn: GT and denoising; nodn: the same GT without denoising; empty: 
   <c>/d_enc_bboxes, d_enc_scores, d_dec_bboxes, d_dec_scores: d total / d input
   (zeros where torch's grad is None).
 """
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
+from golden_writer import GoldenWriter  # noqa: E402 (this folder is on sys.path)
 
-MAGIC, VERSION, HEADER_INTS, NAME_LEN, MAX_DIMS = 0x47444450, 1, 256, 64, 6
 KEYS = ["loss_class", "loss_bbox", "loss_giou", "loss_class_aux", "loss_bbox_aux", "loss_giou_aux"]
 KEYS = KEYS + [k + "_dn" for k in KEYS]
-
-
-class GoldenWriter:
-    """Named float32 arrays, written in insertion order (make_golden.py's format)."""
-
-    def __init__(self):
-        self.arrays = {}
-
-    def add(self, name, value):
-        if isinstance(value, torch.Tensor):
-            value = value.detach().numpy()
-        a = np.ascontiguousarray(np.asarray(value, dtype=np.float32))
-        assert name not in self.arrays and len(name.encode()) < NAME_LEN and a.ndim <= MAX_DIMS, name
-        self.arrays[name] = a
-
-    def save(self, path):
-        with open(path, "wb") as f:
-            header = [MAGIC, VERSION, len(self.arrays)] + [0] * (HEADER_INTS - 3)
-            f.write(struct.pack("<%di" % HEADER_INTS, *header))
-            for name, a in self.arrays.items():
-                dims = list(a.shape) + [0] * (MAX_DIMS - a.ndim)
-                f.write(name.encode().ljust(NAME_LEN, b"\0"))
-                f.write(struct.pack("<7i", a.ndim, *dims))
-                f.write(a.astype("<f4").tobytes())
-        print("wrote %s: %d arrays" % (path, len(self.arrays)))
 
 
 # ---- Ultralytics utils/metrics.py bbox_iou (xywh=True) ----

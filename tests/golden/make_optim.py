@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import GoldenWriter  # noqa: E402
+from golden_writer import GoldenWriter  # noqa: E402
 
 SHAPES = [(37,), (5, 7), (16,)]   # 37 and 35 elements: vector body plus a scalar tail
 STEPS = 6

@@ -20,41 +20,12 @@ gt offset by the image's cumulative GT start (what HungarianMatcher.forward retu
 The matcher reference is Ultralytics 8.1.34's formula (models/utils/ops.py HungarianMatcher,
 utils/metrics.py bbox_iou) written again in float64 numpy: cost gains 2/5/2, alpha 0.25, gamma 2.
 """
-import struct
 import sys
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from golden_writer import GoldenWriter  # noqa: E402 (this folder is on sys.path)
 
-MAGIC = 0x47444450  # the bytes "PDDG", as make_golden.py
-VERSION = 1
-HEADER_INTS = 256
-NAME_LEN = 64
-MAX_DIMS = 6
-
-
-class GoldenWriter:
-    """Named float32 arrays, written in insertion order (make_golden.py's format)."""
-
-    def __init__(self):
-        self.arrays = {}
-
-    def add(self, name, value):
-        a = np.ascontiguousarray(np.asarray(value, dtype=np.float32))
-        assert name not in self.arrays and len(name.encode()) < NAME_LEN and a.ndim <= MAX_DIMS, name
-        self.arrays[name] = a
-
-    def save(self, path):
-        with open(path, "wb") as f:
-            header = [MAGIC, VERSION, len(self.arrays)] + [0] * (HEADER_INTS - 3)
-            f.write(struct.pack("<%di" % HEADER_INTS, *header))
-            for name, a in self.arrays.items():
-                dims = list(a.shape) + [0] * (MAX_DIMS - a.ndim)
-                f.write(name.encode().ljust(NAME_LEN, b"\0"))
-                f.write(struct.pack("<7i", a.ndim, *dims))
-                f.write(a.astype("<f4").tobytes())
-        total = sum(a.size for a in self.arrays.values())
-        print("wrote %s: %d arrays, %d floats" % (path, len(self.arrays), total))
 
 
 def f32(a):

@@ -1,0 +1,21 @@
+# lib.sh -- sourced by the CLI tests (not a test itself: run_tests.sh runs tests/cli/*.sh except
+# this one). Sets train (the binary, absolute), tmp (a scratch folder removed on exit) and
+# fail=0, and defines expect_error.
+set -u
+train=$(realpath "$1")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+# expect_error EXPECTED-LINE ARGS...: `$train ARGS...` exits 2, prints nothing on stdout and
+# exactly EXPECTED-LINE on stderr; otherwise prints what differs and sets fail=1.
+expect_error() {
+    local want=$1; shift
+    "$train" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ $rc -ne 2 ]; then echo "FAIL: $* exited $rc, expected 2"; fail=1; fi
+    if [ -s "$tmp/out" ]; then echo "FAIL: $* wrote to stdout"; fail=1; fi
+    if [ "$(wc -l <"$tmp/err")" -ne 1 ] || [ "$(cat "$tmp/err")" != "$want" ]; then
+        echo "FAIL: $*"; echo "  got:      $(cat "$tmp/err")"; echo "  expected: $want"; fail=1
+    fi
+}
