@@ -303,65 +303,159 @@ static void bcast_row(const Bcast *bc, int64_t row, int64_t *oa, int64_t *ob) {
 }
 
 // A row function computes n consecutive outputs from a[j*sa], b[j*sb] (strides 0 or 1).
-// The unit-stride branch is the same-shape fast path and vectorises.
 typedef void (*FwdRow)(float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n);
 // A gradient row: dx[j] += term(g[j], a[j*sa], b[j*sb]) for one operand x.
 typedef void (*GradRow)(float *dx, const float *g, const float *a, int64_t sa, const float *b,
                         int64_t sb, int64_t n);
 
-#define FWD_ROW(name, EXPR)                                                                        \
-    static void name##_row(float *restrict o, const float *restrict a, int64_t sa,                 \
-                           const float *restrict b, int64_t sb, int64_t n) {                       \
-        if (sa == 1 && sb == 1) {                                                                  \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                  \
-                float x = a[j], y = b[j];                                                          \
-                o[j] = (EXPR);                                                                     \
-            }                                                                                      \
-        } else                                                                                     \
-            for (int64_t j = 0; j < n; j++) {                                                      \
-                float x = a[j * sa], y = b[j * sb];                                                \
-                o[j] = (EXPR);                                                                     \
-            }                                                                                      \
-    }
+// The per-element formulas: forward f(x, y), gradient term(g, x, y) with x, y the operands.
+typedef float (*FwdElem)(float x, float y);
+typedef float (*GradElem)(float g, float x, float y);
 
-#define GRAD_ROW(name, EXPR)                                                                       \
-    static void name##_row(float *restrict dx, const float *restrict g, const float *a,            \
-                           int64_t sa, const float *b, int64_t sb, int64_t n) {                    \
-        if (sa == 1 && sb == 1) {                                                                  \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                                  \
-                float x = a[j], y = b[j];                                                          \
-                (void)x, (void)y;                                                                  \
-                dx[j] += (EXPR);                                                                   \
-            }                                                                                      \
-        } else                                                                                     \
-            for (int64_t j = 0; j < n; j++) {                                                      \
-                float x = a[j * sa], y = b[j * sb];                                                \
-                (void)x, (void)y;                                                                  \
-                dx[j] += (EXPR);                                                                   \
-            }                                                                                      \
+// The loops of every row function. Each *_row below passes a constant elem, which GCC inlines
+// (static inline, then the call through the constant pointer), so the unit-stride branch -- the
+// same-shape fast path -- vectorises as if the formula were written in the loop.
+static inline void fwd_row(FwdElem elem, float *restrict o, const float *restrict a, int64_t sa,
+                           const float *restrict b, int64_t sb, int64_t n) {
+    if (sa == 1 && sb == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++)
+            o[j] = elem(a[j], b[j]);
+        return;
     }
+    for (int64_t j = 0; j < n; j++)
+        o[j] = elem(a[j * sa], b[j * sb]);
+}
+
+static inline void grad_row(GradElem elem, float *restrict dx, const float *restrict g,
+                            const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    if (sa == 1 && sb == 1) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++)
+            dx[j] += elem(g[j], a[j], b[j]);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++)
+        dx[j] += elem(g[j], a[j * sa], b[j * sb]);
+}
 
 // PyTorch's maximum/minimum propagate NaN from either side.
-#define NAN_OR(x, y, EXPR) (isnan(x) ? (x) : isnan(y) ? (y) : (EXPR))
+static inline float nan_or(float x, float y, float value) {
+    return isnan(x) ? x : isnan(y) ? y : value;
+}
 
-FWD_ROW(add, x + y)
-FWD_ROW(sub, x - y)
-FWD_ROW(mul, (x * y))
-FWD_ROW(div, x / y)
-FWD_ROW(maximum, NAN_OR(x, y, x > y ? x : y))
-FWD_ROW(minimum, NAN_OR(x, y, x < y ? x : y))
+static inline float add_elem(float x, float y) {
+    return x + y;
+}
+static inline float sub_elem(float x, float y) {
+    return x - y;
+}
+static inline float mul_elem(float x, float y) {
+    return x * y;
+}
+static inline float div_elem(float x, float y) {
+    return x / y;
+}
+static inline float maximum_elem(float x, float y) {
+    return nan_or(x, y, x > y ? x : y);
+}
+static inline float minimum_elem(float x, float y) {
+    return nan_or(x, y, x < y ? x : y);
+}
 
 // derivatives.yaml: maximum's self grad is where(a == b, g / 2, g).masked_fill(a < b, 0).
-GRAD_ROW(pass, g[j])
-GRAD_ROW(negate, -g[j])
-GRAD_ROW(mul_da, g[j] * y)
-GRAD_ROW(mul_db, g[j] * x)
-GRAD_ROW(div_da, g[j] / y)
-GRAD_ROW(div_db, -g[j] * ((x / y) / y))
-GRAD_ROW(maximum_da, x == y ? g[j] / 2.0f : (x < y ? 0.0f : g[j]))
-GRAD_ROW(maximum_db, x == y ? g[j] / 2.0f : (y < x ? 0.0f : g[j]))
-GRAD_ROW(minimum_da, x == y ? g[j] / 2.0f : (x > y ? 0.0f : g[j]))
-GRAD_ROW(minimum_db, x == y ? g[j] / 2.0f : (y > x ? 0.0f : g[j]))
+static inline float pass_elem(float g, float x, float y) {
+    return g;
+}
+static inline float negate_elem(float g, float x, float y) {
+    return -g;
+}
+static inline float mul_da_elem(float g, float x, float y) {
+    return g * y;
+}
+static inline float mul_db_elem(float g, float x, float y) {
+    return g * x;
+}
+static inline float div_da_elem(float g, float x, float y) {
+    return g / y;
+}
+static inline float div_db_elem(float g, float x, float y) {
+    return -g * ((x / y) / y);
+}
+static inline float maximum_da_elem(float g, float x, float y) {
+    return x == y ? g / 2.0f : (x < y ? 0.0f : g);
+}
+static inline float maximum_db_elem(float g, float x, float y) {
+    return x == y ? g / 2.0f : (y < x ? 0.0f : g);
+}
+static inline float minimum_da_elem(float g, float x, float y) {
+    return x == y ? g / 2.0f : (x > y ? 0.0f : g);
+}
+static inline float minimum_db_elem(float g, float x, float y) {
+    return x == y ? g / 2.0f : (y > x ? 0.0f : g);
+}
+
+static void add_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    fwd_row(add_elem, o, a, sa, b, sb, n);
+}
+static void sub_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    fwd_row(sub_elem, o, a, sa, b, sb, n);
+}
+static void mul_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    fwd_row(mul_elem, o, a, sa, b, sb, n);
+}
+static void div_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n) {
+    fwd_row(div_elem, o, a, sa, b, sb, n);
+}
+static void maximum_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb,
+                        int64_t n) {
+    fwd_row(maximum_elem, o, a, sa, b, sb, n);
+}
+static void minimum_row(float *o, const float *a, int64_t sa, const float *b, int64_t sb,
+                        int64_t n) {
+    fwd_row(minimum_elem, o, a, sa, b, sb, n);
+}
+
+static void pass_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                     int64_t sb, int64_t n) {
+    grad_row(pass_elem, dx, g, a, sa, b, sb, n);
+}
+static void negate_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                       int64_t sb, int64_t n) {
+    grad_row(negate_elem, dx, g, a, sa, b, sb, n);
+}
+static void mul_da_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                       int64_t sb, int64_t n) {
+    grad_row(mul_da_elem, dx, g, a, sa, b, sb, n);
+}
+static void mul_db_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                       int64_t sb, int64_t n) {
+    grad_row(mul_db_elem, dx, g, a, sa, b, sb, n);
+}
+static void div_da_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                       int64_t sb, int64_t n) {
+    grad_row(div_da_elem, dx, g, a, sa, b, sb, n);
+}
+static void div_db_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                       int64_t sb, int64_t n) {
+    grad_row(div_db_elem, dx, g, a, sa, b, sb, n);
+}
+static void maximum_da_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                           int64_t sb, int64_t n) {
+    grad_row(maximum_da_elem, dx, g, a, sa, b, sb, n);
+}
+static void maximum_db_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                           int64_t sb, int64_t n) {
+    grad_row(maximum_db_elem, dx, g, a, sa, b, sb, n);
+}
+static void minimum_da_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                           int64_t sb, int64_t n) {
+    grad_row(minimum_da_elem, dx, g, a, sa, b, sb, n);
+}
+static void minimum_db_row(float *dx, const float *g, const float *a, int64_t sa, const float *b,
+                           int64_t sb, int64_t n) {
+    grad_row(minimum_db_elem, dx, g, a, sa, b, sb, n);
+}
 
 // Work unit along the inner dim: small enough for the stack buffers below, large enough that
 // per-tile index arithmetic is noise.
@@ -474,17 +568,35 @@ static void binary_bwd(KernelCtx *kc, GradRow row_a, GradRow row_b, float *da, f
     if (db) binary_grad(kc, row_b, db, bc.sb, &bc, dout, a, b);
 }
 
-#define BINARY_FWD(name)                                                                           \
-    void name##_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,       \
-                        const int64_t *a_shape, const int64_t *b_shape) {                          \
-        binary_fwd(kc, name##_row, out, a, b, ndim, a_shape, b_shape);                             \
-    }
-BINARY_FWD(add)
-BINARY_FWD(sub)
-BINARY_FWD(mul)
-BINARY_FWD(div)
-BINARY_FWD(maximum)
-BINARY_FWD(minimum)
+void add_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, add_row, out, a, b, ndim, a_shape, b_shape);
+}
+
+void sub_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, sub_row, out, a, b, ndim, a_shape, b_shape);
+}
+
+void mul_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, mul_row, out, a, b, ndim, a_shape, b_shape);
+}
+
+void div_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                 const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, div_row, out, a, b, ndim, a_shape, b_shape);
+}
+
+void maximum_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                     const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, maximum_row, out, a, b, ndim, a_shape, b_shape);
+}
+
+void minimum_fwd_cpu(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
+                     const int64_t *a_shape, const int64_t *b_shape) {
+    binary_fwd(kc, minimum_row, out, a, b, ndim, a_shape, b_shape);
+}
 
 // add and sub read neither operand: dout stands in for both, which is in bounds for every
 // offset of either (an operand never has more elements than the output).
@@ -498,16 +610,25 @@ void sub_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, int ndi
     binary_bwd(kc, pass_row, negate_row, da, db, dout, dout, dout, ndim, a_shape, b_shape);
 }
 
-#define BINARY_BWD(name)                                                                           \
-    void name##_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,    \
-                        const float *b, int ndim, const int64_t *a_shape,                          \
-                        const int64_t *b_shape) {                                                  \
-        binary_bwd(kc, name##_da_row, name##_db_row, da, db, dout, a, b, ndim, a_shape, b_shape);  \
-    }
-BINARY_BWD(mul)
-BINARY_BWD(div)
-BINARY_BWD(maximum)
-BINARY_BWD(minimum)
+void mul_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                 const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape) {
+    binary_bwd(kc, mul_da_row, mul_db_row, da, db, dout, a, b, ndim, a_shape, b_shape);
+}
+
+void div_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                 const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape) {
+    binary_bwd(kc, div_da_row, div_db_row, da, db, dout, a, b, ndim, a_shape, b_shape);
+}
+
+void maximum_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                     const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape) {
+    binary_bwd(kc, maximum_da_row, maximum_db_row, da, db, dout, a, b, ndim, a_shape, b_shape);
+}
+
+void minimum_bwd_cpu(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                     const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape) {
+    binary_bwd(kc, minimum_da_row, minimum_db_row, da, db, dout, a, b, ndim, a_shape, b_shape);
+}
 
 // ---- BCE with logits ----
 // PyTorch 1.13's form: with m = max(-x, 0), (1 - y) x + m + log(exp(-m) + exp(-x - m)); the

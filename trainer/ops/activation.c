@@ -8,38 +8,101 @@
 #include "trainer/rng.h"
 
 typedef void (*UnaryFwd)(KernelCtx *kc, float *out, const float *inp, int64_t n);
+// dinp += dout * f'(x), f' computed from `saved`: the forward's input x or its output y.
+typedef void (*UnaryBwd)(KernelCtx *kc, float *dinp, const float *saved, const float *dout,
+                         int64_t n);
 
+// The ops whose kernels take no parameter: op_<name> runs fwd (be-><name>_fwd) through
+// unary, and <name>_backward runs be-><name>_bwd through unary_backward. The kernel is CHECKed
+// here, with KERNEL_CHECK's message.
 static Tensor *unary(Tape *t, Tensor *x, UnaryFwd fwd, const OpInfo *info) {
+    CHECK(fwd != NULL, "%s_fwd: no %s kernel (missing from the backend table)", info->name,
+          backend_need(x->dev)->name);
     Tensor *y = tensor_like(t->arena, x);
     fwd(&t->kc, y->data, x->data, x->n);
     tape_record(t, info, &x, 1, &y, 1);
     return y;
 }
 
-// The ops whose kernels take no parameter: op_<name>, <name>_info and <name>_backward, with
-// <name>_bwd reading SAVED, the forward's input x or output y.
-#define UNARY_OP(name, SAVED)                                                                      \
-    static void name##_backward(Tape *t, Node *n) {                                                \
-        Tensor *x = n->in[0], *y = n->out[0];                                                      \
-        const Backend *be = backend_need(x->dev);                                                  \
-        KERNEL_CHECK(be, name##_bwd);                                                              \
-        be->name##_bwd(&t->kc, tape_grad(t, x), SAVED->data, y->grad, x->n);                       \
-    }                                                                                              \
-    static const OpInfo name##_info = {#name, name##_backward};                                    \
-    Tensor *op_##name(Tape *t, Tensor *x) {                                                        \
-        const Backend *be = backend_need(x->dev);                                                  \
-        KERNEL_CHECK(be, name##_fwd);                                                              \
-        return unary(t, x, be->name##_fwd, &name##_info);                                          \
-    }
+static void unary_backward(Tape *t, Node *n, UnaryBwd bwd, const Tensor *saved) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
+          backend_need(x->dev)->name);
+    bwd(&t->kc, tape_grad(t, x), saved->data, y->grad, x->n);
+}
 
-UNARY_OP(relu, x)
-UNARY_OP(silu, x)
-UNARY_OP(gelu, x)
-UNARY_OP(sigmoid, y)
-UNARY_OP(inverse_sigmoid, x)
-UNARY_OP(exp, y)
-UNARY_OP(log, x)
-UNARY_OP(abs, x)
+static void relu_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->relu_bwd, n->in[0]);
+}
+
+static void silu_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->silu_bwd, n->in[0]);
+}
+
+static void gelu_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->gelu_bwd, n->in[0]);
+}
+
+static void sigmoid_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->sigmoid_bwd, n->out[0]);
+}
+
+static void inverse_sigmoid_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->inverse_sigmoid_bwd, n->in[0]);
+}
+
+static void exp_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->exp_bwd, n->out[0]);
+}
+
+static void log_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->log_bwd, n->in[0]);
+}
+
+static void abs_backward(Tape *t, Node *n) {
+    unary_backward(t, n, backend_need(n->in[0]->dev)->abs_bwd, n->in[0]);
+}
+
+static const OpInfo relu_info = {"relu", relu_backward};
+static const OpInfo silu_info = {"silu", silu_backward};
+static const OpInfo gelu_info = {"gelu", gelu_backward};
+static const OpInfo sigmoid_info = {"sigmoid", sigmoid_backward};
+static const OpInfo inverse_sigmoid_info = {"inverse_sigmoid", inverse_sigmoid_backward};
+static const OpInfo exp_info = {"exp", exp_backward};
+static const OpInfo log_info = {"log", log_backward};
+static const OpInfo abs_info = {"abs", abs_backward};
+
+Tensor *op_relu(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->relu_fwd, &relu_info);
+}
+
+Tensor *op_silu(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->silu_fwd, &silu_info);
+}
+
+Tensor *op_gelu(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->gelu_fwd, &gelu_info);
+}
+
+Tensor *op_sigmoid(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->sigmoid_fwd, &sigmoid_info);
+}
+
+Tensor *op_inverse_sigmoid(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->inverse_sigmoid_fwd, &inverse_sigmoid_info);
+}
+
+Tensor *op_exp(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->exp_fwd, &exp_info);
+}
+
+Tensor *op_log(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->log_fwd, &log_info);
+}
+
+Tensor *op_abs(Tape *t, Tensor *x) {
+    return unary(t, x, backend_need(x->dev)->abs_fwd, &abs_info);
+}
 
 // ---- scale, neg, add_scalar: gradients are axpy's ----
 typedef struct ScaleCtx {

@@ -30,8 +30,18 @@ static float *grad_or_null(Tape *t, Tensor *x) {
 
 typedef void (*BinaryFwd)(KernelCtx *kc, float *out, const float *a, const float *b, int ndim,
                           const int64_t *a_shape, const int64_t *b_shape);
+// The two backward kernel shapes: add and sub read dout alone, the others also the operands.
+typedef void (*BinaryBwdDout)(KernelCtx *kc, float *da, float *db, const float *dout, int ndim,
+                              const int64_t *a_shape, const int64_t *b_shape);
+typedef void (*BinaryBwd)(KernelCtx *kc, float *da, float *db, const float *dout, const float *a,
+                          const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
 
+// op_<name> runs be-><name>_fwd through binary, <name>_backward runs be-><name>_bwd through
+// binary_backward_dout or binary_backward. The kernel is CHECKed here, with KERNEL_CHECK's
+// message.
 static Tensor *binary(Tape *t, Tensor *a, Tensor *b, BinaryFwd fwd, const OpInfo *info) {
+    CHECK(fwd != NULL, "%s_fwd: no %s kernel (missing from the backend table)", info->name,
+          backend_need(a->dev)->name);
     int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
     int nd = broadcast(info->name, a, b, as, bs, os);
     Tensor *y = tensor_new(t->arena, nd, os);
@@ -40,34 +50,78 @@ static Tensor *binary(Tape *t, Tensor *a, Tensor *b, BinaryFwd fwd, const OpInfo
     return y;
 }
 
-// op_<name>, <name>_info and <name>_backward. BWD_CALL is the <name>_bwd call: with the
-// operands (mul, div, maximum, minimum) or with dout alone (add, sub).
-#define BINARY_OP(name, BWD_CALL)                                                                  \
-    static void name##_backward(Tape *t, Node *n) {                                                \
-        Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];                                       \
-        int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];                     \
-        int nd = broadcast(#name, a, b, as, bs, os);                                               \
-        const Backend *be = backend_need(y->dev);                                                  \
-        KERNEL_CHECK(be, name##_bwd);                                                              \
-        float *da = grad_or_null(t, a), *db = grad_or_null(t, b);                                  \
-        BWD_CALL;                                                                                  \
-    }                                                                                              \
-    static const OpInfo name##_info = {#name, name##_backward};                                    \
-    Tensor *op_##name(Tape *t, Tensor *a, Tensor *b) {                                             \
-        const Backend *be = backend_need(a->dev);                                                  \
-        KERNEL_CHECK(be, name##_fwd);                                                              \
-        return binary(t, a, b, be->name##_fwd, &name##_info);                                      \
-    }
+static void binary_backward_dout(Tape *t, Node *n, BinaryBwdDout bwd) {
+    Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
+    int nd = broadcast(n->info->name, a, b, as, bs, os);
+    CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
+          backend_need(y->dev)->name);
+    bwd(&t->kc, grad_or_null(t, a), grad_or_null(t, b), y->grad, nd, as, bs);
+}
 
-#define DOUT_ONLY(name) be->name##_bwd(&t->kc, da, db, y->grad, nd, as, bs)
-#define WITH_AB(name) be->name##_bwd(&t->kc, da, db, y->grad, a->data, b->data, nd, as, bs)
+static void binary_backward(Tape *t, Node *n, BinaryBwd bwd) {
+    Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
+    int nd = broadcast(n->info->name, a, b, as, bs, os);
+    CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
+          backend_need(y->dev)->name);
+    bwd(&t->kc, grad_or_null(t, a), grad_or_null(t, b), y->grad, a->data, b->data, nd, as, bs);
+}
 
-BINARY_OP(add, DOUT_ONLY(add))
-BINARY_OP(sub, DOUT_ONLY(sub))
-BINARY_OP(mul, WITH_AB(mul))
-BINARY_OP(div, WITH_AB(div))
-BINARY_OP(maximum, WITH_AB(maximum))
-BINARY_OP(minimum, WITH_AB(minimum))
+static void add_backward(Tape *t, Node *n) {
+    binary_backward_dout(t, n, backend_need(n->out[0]->dev)->add_bwd);
+}
+
+static void sub_backward(Tape *t, Node *n) {
+    binary_backward_dout(t, n, backend_need(n->out[0]->dev)->sub_bwd);
+}
+
+static void mul_backward(Tape *t, Node *n) {
+    binary_backward(t, n, backend_need(n->out[0]->dev)->mul_bwd);
+}
+
+static void div_backward(Tape *t, Node *n) {
+    binary_backward(t, n, backend_need(n->out[0]->dev)->div_bwd);
+}
+
+static void maximum_backward(Tape *t, Node *n) {
+    binary_backward(t, n, backend_need(n->out[0]->dev)->maximum_bwd);
+}
+
+static void minimum_backward(Tape *t, Node *n) {
+    binary_backward(t, n, backend_need(n->out[0]->dev)->minimum_bwd);
+}
+
+static const OpInfo add_info = {"add", add_backward};
+static const OpInfo sub_info = {"sub", sub_backward};
+static const OpInfo mul_info = {"mul", mul_backward};
+static const OpInfo div_info = {"div", div_backward};
+static const OpInfo maximum_info = {"maximum", maximum_backward};
+static const OpInfo minimum_info = {"minimum", minimum_backward};
+
+Tensor *op_add(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->add_fwd, &add_info);
+}
+
+Tensor *op_sub(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->sub_fwd, &sub_info);
+}
+
+Tensor *op_mul(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->mul_fwd, &mul_info);
+}
+
+Tensor *op_div(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->div_fwd, &div_info);
+}
+
+Tensor *op_maximum(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->maximum_fwd, &maximum_info);
+}
+
+Tensor *op_minimum(Tape *t, Tensor *a, Tensor *b) {
+    return binary(t, a, b, backend_need(a->dev)->minimum_fwd, &minimum_info);
+}
 
 // ---- BCE with logits (reduction none) ----
 static void bce_with_logits_backward(Tape *t, Node *n) {
