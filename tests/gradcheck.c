@@ -20,6 +20,17 @@ void gc_fill_uniform(Tensor *x, uint64_t seed, float lo, float hi) {
     for (int64_t i = 0; i < x->n; i++) x->data[i] = lo + (float)unit(&s) * (hi - lo);
 }
 
+Tape *gc_tape_init(GcTape *f, int n_threads) {
+    arena_init(&f->arena, DEV_CPU, 1 << 20);
+    tape_init(&f->tape, &f->arena, n_threads);
+    return &f->tape;
+}
+
+void gc_tape_free(GcTape *f) {
+    tape_free(&f->tape);
+    arena_free(&f->arena);
+}
+
 static double weighted_loss(GcForward f, void *user, Tensor *const *inputs, const float *w,
                             bool training) {
     Arena arena;

@@ -28,6 +28,14 @@ typedef struct GcOptions {
 int gradcheck(const char *name, GcForward f, void *user, Tensor *const *inputs, int n_in,
               GcOptions opt);
 
+// An arena and a tape over it, the fixture of most op tests.
+typedef struct GcTape {
+    Arena arena;
+    Tape tape;
+} GcTape;
+Tape *gc_tape_init(GcTape *f, int n_threads);
+void gc_tape_free(GcTape *f);
+
 // Deterministic test data: xorshift-based uniform floats in [lo, hi).
 void gc_fill_uniform(Tensor *x, uint64_t seed, float lo, float hi);
 

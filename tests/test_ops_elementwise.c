@@ -33,22 +33,6 @@ static void away_from_zero(Tensor *x, uint64_t seed, float lo, float hi) {
         if ((i * 2654435761u + seed) % 3 == 0) x->data[i] = -x->data[i];
 }
 
-typedef struct Fixture {
-    Arena arena;
-    Tape tape;
-} Fixture;
-
-static Tape *setup(Fixture *f, int n_threads) {
-    arena_init(&f->arena, DEV_CPU, 1 << 20);
-    tape_init(&f->tape, &f->arena, n_threads);
-    return &f->tape;
-}
-
-static void teardown(Fixture *f) {
-    tape_free(&f->tape);
-    arena_free(&f->arena);
-}
-
 // Runs backward of sum(y) and returns x's gradient (y's elements weighted 1).
 static const float *grad_of_sum(Tape *t, Tensor *y, Tensor *x) {
     x->grad_defined = false;
@@ -63,8 +47,8 @@ typedef Tensor *(*UnaryFn)(Tape *t, Tensor *x);
 
 static void expect_unary(const char *name, UnaryFn fn, int64_t n, const float *in,
                          const double *want, const double *want_grad) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     Tensor *x = leaf_values(n, in);
     Tensor *y = fn(t, x);
     EXPECT(y->ndim == 1 && y->shape[0] == n, "%s: output shape", name);
@@ -79,7 +63,7 @@ static void expect_unary(const char *name, UnaryFn fn, int64_t n, const float *i
         if (fabs(g[i] - want_grad[i]) > 1e-6 + 1e-6 * fabs(want_grad[i]))
             fprintf(stderr, "  %s'(%g)\n", name, (double)in[i]);
     }
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 static Tensor *pow3(Tape *t, Tensor *x) {
@@ -143,11 +127,11 @@ static void test_unary_values(void) {
 
 // A NaN stays NaN through clamp, as in PyTorch (a plain fminf/fmaxf would drop it).
 static void test_clamp_nan(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     Tensor *x = leaf_values(1, (float[]){NAN});
     EXPECT(isnan(op_clamp(t, x, 0, 1)->data[0]), "clamp(NaN) is not NaN");
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 // silu and sigmoid run on a vectorised exp (not libm's): over [-100, 100] and the special
@@ -165,14 +149,14 @@ static void test_activation_range(void) {
     float *got[2][2]; // [threads - 1][silu, sigmoid], forward then gradient
     for (int th = 1; th <= 2; th++)
         for (int which = 0; which < 2; which++) {
-            Fixture f;
-            Tape *t = setup(&f, th);
+            GcTape f;
+            Tape *t = gc_tape_init(&f, th);
             Tensor *y = which ? op_sigmoid(t, x) : op_silu(t, x);
             float *keep = xmalloc(sizeof(float) * 2 * ACT_N);
             memcpy(keep, y->data, sizeof(float) * ACT_N);
             memcpy(keep + ACT_N, grad_of_sum(t, y, x), sizeof(float) * ACT_N);
             got[th - 1][which] = keep;
-            teardown(&f);
+            gc_tape_free(&f);
         }
     int64_t bad = 0;
     for (int64_t i = 0; i < ACT_N; i++) {
@@ -277,8 +261,8 @@ static void test_unary_grads(void) {
 
 // ---- dropout ----
 static void test_dropout(void) {
-    Fixture f;
-    Tape *t = setup(&f, 2);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 2);
     const int64_t n = 100000;
     Tensor *x = leaf(1, (int64_t[]){n}, 3, 0.5f, 1.5f);
     const float p = 0.3f;
@@ -309,8 +293,8 @@ static void test_dropout(void) {
 
     // Determinism: the same seed gives the same mask (on another thread count too), another
     // seed another one.
-    Fixture f1;
-    Tape *t1 = setup(&f1, 1);
+    GcTape f1;
+    Tape *t1 = gc_tape_init(&f1, 1);
     Tensor *y_same = op_dropout(t1, x, p, 42), *y_other = op_dropout(t1, x, p, 43);
     EXPECT(memcmp(y->data, y_same->data, sizeof(float) * (size_t)n) == 0,
            "dropout with the same seed differs");
@@ -319,7 +303,7 @@ static void test_dropout(void) {
         differ += (y->data[i] == 0) != (y_other->data[i] == 0);
     EXPECT(differ > n / 10, "dropout masks of seeds 42 and 43 differ in only %lld places",
            (long long)differ);
-    teardown(&f1);
+    gc_tape_free(&f1);
 
     // Identity (the same tensor, no node) in eval mode and for p == 0.
     int64_t nodes = t->n_nodes;
@@ -333,7 +317,7 @@ static void test_dropout(void) {
     for (int64_t i = 0; i < n; i++)
         nonzero += all->data[i] != 0.0f;
     EXPECT(nonzero == 0, "dropout p=1 kept %d values", nonzero);
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 static Tensor *fwd_dropout(Tape *t, Tensor *const *in, void *user) {
@@ -441,11 +425,11 @@ static void test_binary(void) {
             if (binops[o].fn == op_maximum || binops[o].fn == op_minimum)
                 for (int64_t i = 0; i < a->n; i++)
                     a->data[i] = 0.5f + 0.1f * (float)((i * 5) % 19);
-            Fixture f;
-            Tape *t = setup(&f, 1);
+            GcTape f;
+            Tape *t = gc_tape_init(&f, 1);
             Tensor *y = binops[o].fn(t, a, b);
             check_broadcast_forward(binops[o].name, binops[o].ref, a, b, y);
-            teardown(&f);
+            gc_tape_free(&f);
             BinCase bc = {binops[o].fn};
             char name[64];
             snprintf(name, sizeof name, "%s pattern %zu", binops[o].name, p);
@@ -457,8 +441,8 @@ static void test_binary(void) {
 
 // Ties split the gradient half/half; x op x gets both contributions; edges are (a, b).
 static void test_binary_special(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     Tensor *a = leaf_values(3, (float[]){1, 2, 3}), *b = leaf_values(3, (float[]){1, 1, 4});
     Tensor *y = op_maximum(t, a, b);
     EXPECT(y->grad_fn && y->grad_fn->in[0] == a && y->grad_fn->in[1] == b, "maximum edges");
@@ -487,21 +471,21 @@ static void test_binary_special(void) {
     Tensor *nan = leaf_values(3, (float[]){NAN, 0, 5});
     Tensor *m = op_maximum(t, nan, b);
     EXPECT(isnan(m->data[0]) && m->data[1] == 1 && m->data[2] == 5, "maximum with NaN");
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 // A binary op's forward and both gradients on n_threads, for the big-tensor paths.
 static void run_big(int n_threads, BinaryFn fn, Tensor *a, Tensor *b, float *y, float *ga,
                     float *gb) {
-    Fixture f;
-    Tape *t = setup(&f, n_threads);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, n_threads);
     a->grad_defined = b->grad_defined = false;
     Tensor *out = fn(t, a, b);
     memcpy(y, out->data, sizeof(float) * (size_t)out->n);
     EXPECT(tape_backward(t, op_sum(t, out), NULL) == 0, "backward failed");
     memcpy(ga, a->grad, sizeof(float) * (size_t)a->n);
     memcpy(gb, b->grad, sizeof(float) * (size_t)b->n);
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 // Broadcasts large enough for the threaded and tiled paths: the gradients are sums of the
@@ -554,8 +538,8 @@ static void test_binary_big(void) {
 
 // ---- BCE with logits ----
 static void test_bce(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     Tensor *x = leaf_values(5, (float[]){0, 2, -100, 100, -1});
     Tensor *y = leaf_values(5, (float[]){0.5f, 1, 0, 0, 0.25f});
     Tensor *l = op_bce_with_logits(t, x, y);
@@ -569,7 +553,7 @@ static void test_bce(void) {
         EXPECT_NEAR(x->grad[i], s - y->data[i], 1e-6, 1e-6);
         EXPECT_NEAR(y->grad[i], -x->data[i], 1e-6, 1e-6);
     }
-    teardown(&f);
+    gc_tape_free(&f);
     Tensor *xs = leaf(2, (int64_t[]){4, 6}, 5, -3, 3), *ys = leaf(2, (int64_t[]){4, 6}, 6, 0, 1);
     BinCase bc = {op_bce_with_logits};
     EXPECT(gradcheck("bce_with_logits", fwd_binary, &bc, (Tensor *[]){xs, ys}, 2, gc_train) == 0,
@@ -596,8 +580,8 @@ static Tensor *fwd_mean(Tape *t, Tensor *const *in, void *user) {
 }
 
 static void test_reductions(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     // x (2,3,2) = 0..11
     Tensor *x = tensor_leaf(&leaves, 3, (int64_t[]){2, 3, 2});
     for (int i = 0; i < 12; i++)
@@ -621,7 +605,7 @@ static void test_reductions(void) {
     const float *g = grad_of_sum(t, op_mean_dim(t, x, 1, false), x);
     for (int i = 0; i < 12; i++)
         EXPECT_NEAR(g[i], 1.0 / 3, 1e-7, 0);
-    teardown(&f);
+    gc_tape_free(&f);
 
     Tensor *xg = leaf(3, (int64_t[]){3, 4, 5}, 7, -1, 1);
     EXPECT(gradcheck("sum", fwd_sum, NULL, &xg, 1, gc_train) == 0, "gradcheck sum");
@@ -644,12 +628,12 @@ static void test_reductions_big(void) {
     double exact = (double)n * (double)0.1f;
     float r[2][3];
     for (int th = 1; th <= 2; th++) {
-        Fixture f;
-        Tape *t = setup(&f, th);
+        GcTape f;
+        Tape *t = gc_tape_init(&f, th);
         r[th - 1][0] = op_sum(t, x)->data[0];
         r[th - 1][1] = op_sum_dim(t, x, 0, false)->data[17];
         r[th - 1][2] = op_mean_dim(t, x, 1, false)->data[5];
-        teardown(&f);
+        gc_tape_free(&f);
     }
     EXPECT(r[0][0] == (float)exact, "sum of 2^20 x 0.1f = %.9g, want %.9g", (double)r[0][0], exact);
     EXPECT(r[0][1] == (float)(1024 * (double)0.1f), "column sum %.9g", (double)r[0][1]);
@@ -663,8 +647,8 @@ static Tensor *fwd_softmax(Tape *t, Tensor *const *in, void *user) {
 }
 
 static void test_softmax(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     // softmax(0, ln 2, ln 3) = (1, 2, 3) / 6; huge logits must not overflow.
     Tensor *x = tensor_leaf(&leaves, 2, (int64_t[]){2, 3});
     const float v[6] = {0, (float)log(2.0), (float)log(3.0), 1000, 1001, 999};
@@ -675,10 +659,10 @@ static void test_softmax(void) {
     double z = 1 + exp(1.0) + exp(-1.0);
     EXPECT_NEAR(y->data[3], 1 / z, 1e-6, 0);
     EXPECT_NEAR(y->data[4], exp(1.0) / z, 1e-6, 0);
-    teardown(&f);
+    gc_tape_free(&f);
 
     Tensor *xr = leaf(3, (int64_t[]){3, 5, 17}, 8, -4, 4);
-    t = setup(&f, 1);
+    t = gc_tape_init(&f, 1);
     Tensor *yr = op_softmax(t, xr, -1);
     for (int r = 0; r < 15; r++) {
         double s = 0;
@@ -688,7 +672,7 @@ static void test_softmax(void) {
         }
         EXPECT_NEAR(s, 1, 1e-6, 0);
     }
-    teardown(&f);
+    gc_tape_free(&f);
     EXPECT(gradcheck("softmax", fwd_softmax, NULL, &xr, 1, gc_train) == 0, "gradcheck softmax");
 }
 

@@ -25,22 +25,6 @@ static Tensor *leaf_of(int ndim, const int64_t *shape, const float *v) {
     return x;
 }
 
-typedef struct Fixture {
-    Arena arena;
-    Tape tape;
-} Fixture;
-
-static Tape *setup(Fixture *f, int n_threads) {
-    arena_init(&f->arena, DEV_CPU, 1 << 20);
-    tape_init(&f->tape, &f->arena, n_threads);
-    return &f->tape;
-}
-
-static void teardown(Fixture *f) {
-    tape_free(&f->tape);
-    arena_free(&f->arena);
-}
-
 static BatchNormState bn_state(int64_t C, const float *rm, const float *rv, float momentum,
                                float eps) {
     BatchNormState st = {tensor_1d(&leaves, C), tensor_1d(&leaves, C), 0, momentum, eps};
@@ -51,8 +35,8 @@ static BatchNormState bn_state(int64_t C, const float *rm, const float *rv, floa
 
 // ---- LayerNorm ----
 static void test_layernorm_values(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     const float eps = 1e-5f;
     // Row 0: mean 2.5, biased var 1.25. Row 1 is constant: var 0, y = bias.
     Tensor *x = leaf_of(2, (int64_t[]){2, 4}, (float[]){1, 2, 3, 4, 2, 2, 2, 2});
@@ -86,7 +70,7 @@ static void test_layernorm_values(void) {
             EXPECT_NEAR(x->grad[4 * r + j], rs[r] * (w->data[j] - mw - (r ? 0 : xhat) * mwx[r]),
                         1e-5, 1e-5);
     }
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 typedef struct LnCase {
@@ -121,8 +105,8 @@ static void test_layernorm_grads(void) {
 static const float bn_x[8] = {1, 2, 10, 20, 3, 4, 30, 40};
 
 static void test_batchnorm_train_values(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     Tensor *x = leaf_of(4, (int64_t[]){2, 2, 1, 2}, bn_x);
     Tensor *w = leaf_of(1, (int64_t[]){2}, (float[]){2, -1});
     Tensor *b = leaf_of(1, (int64_t[]){2}, (float[]){0.5f, 1});
@@ -174,12 +158,12 @@ static void test_batchnorm_train_values(void) {
         EXPECT(u.running_var->data[c] == want_rv, "running_var[%d] %.9g, want %.9g", c,
                (double)u.running_var->data[c], (double)want_rv);
     }
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 static void test_batchnorm_eval_values(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     t->training = false;
     Tensor *x = leaf_of(4, (int64_t[]){2, 2, 1, 2}, bn_x);
     Tensor *w = leaf_of(1, (int64_t[]){2}, (float[]){2, -1});
@@ -202,7 +186,7 @@ static void test_batchnorm_eval_values(void) {
         EXPECT_NEAR(x->grad[i], w->data[c] / sqrt(rv[c] + 1e-3), 1e-6, 1e-6);
     }
     EXPECT_NEAR(b->grad[0], 4, 0, 1e-7); // d/dbias = sum of dout over B*H*W
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 typedef struct BnCase {
@@ -234,8 +218,8 @@ static void test_batchnorm_grads(void) {
 // Through the batch statistics the input gradient of each channel sums to zero and is
 // orthogonal to xhat up to the eps term (the mean and variance absorb those directions).
 static void test_batchnorm_train_identities(void) {
-    Fixture f;
-    Tape *t = setup(&f, 1);
+    GcTape f;
+    Tape *t = gc_tape_init(&f, 1);
     const int64_t B = 4, C = 3, HW = 25;
     Tensor *x = leaf(4, (int64_t[]){B, C, 5, 5}, 70, -1, 2);
     Tensor *w = leaf(1, (int64_t[]){C}, 71, 0.5f, 1.5f), *b = leaf(1, (int64_t[]){C}, 72, -1, 1);
@@ -271,7 +255,7 @@ static void test_batchnorm_train_identities(void) {
         EXPECT_NEAR(b->grad[c], sdy, 1e-5, 1e-5);
         EXPECT_NEAR(w->grad[c], sdyx, 1e-5, 1e-5);
     }
-    teardown(&f);
+    gc_tape_free(&f);
 }
 
 // Per-channel and per-row parallel loops: the same bits on 1 and 2 threads.
@@ -288,8 +272,8 @@ static void test_threads(void) {
         ones[c] = 1;
     float *res[2][6];
     for (int th = 1; th <= 2; th++) {
-        Fixture f;
-        Tape *t = setup(&f, th);
+        GcTape f;
+        Tape *t = gc_tape_init(&f, th);
         BatchNormState st = bn_state(64, zeros, ones, 0.03f, 1e-3f);
         Tensor *const ins[6] = {x, w, b, xl, wl, bl};
         for (int i = 0; i < 6; i++)
@@ -302,7 +286,7 @@ static void test_threads(void) {
             res[th - 1][i] = xmalloc(sizeof(float) * (size_t)ins[i]->n);
             memcpy(res[th - 1][i], ins[i]->grad, sizeof(float) * (size_t)ins[i]->n);
         }
-        teardown(&f);
+        gc_tape_free(&f);
     }
     const int64_t n[6] = {x->n, w->n, b->n, xl->n, wl->n, bl->n};
     for (int i = 0; i < 6; i++) {
