@@ -32,15 +32,21 @@ LIB      := $(BUILD)/libddpdbg.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
+TUI      := $(wildcard tui/*.c)
+VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
 
 .PHONY: all test debug bench deps golden clean help format demo
-all: $(TRAIN) $(TESTS)
+all: $(TRAIN) $(VIEWER) $(TESTS)
 
 $(LIB): $(LIBOBJ)
 	$(call Q,AR)rm -f $@ && ar rcs $@ $^
 $(TRAIN): $(call obj,trainer/main.c) $(LIB)
 	@mkdir -p $(@D)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# bin/ddpdbg: the launcher and viewer; it links neither the trainer nor the kernels.
+$(BIN)/ddpdbg: $(call obj,$(TUI))
+	@mkdir -p $(@D)
+	$(call Q,LINK)$(CC) $(LDFLAGS) $^ -lm -lpthread -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
