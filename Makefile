@@ -8,7 +8,7 @@ CFLAGS   += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implici
             -Wno-unused-parameter -fopenmp
 CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
-LDLIBS   += -lyaml -lpng -ljpeg -lm -lpthread -ldl
+LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lm -lpthread -ldl
 
 # --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -22,7 +22,8 @@ endif
 
 # --- sources: one list per top-level folder ----------------------------------------------------
 KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
-TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c))
+TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c)) \
+            $(wildcard trainer/dist/*.cc)
 TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
 obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
 MODELS   := $(sort $(wildcard trainer/models/*.yaml))
@@ -115,6 +116,6 @@ $(BUILD)/%.o: %.c
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(@D)
-	$(call Q,CXX)$(CXX) $(CPPFLAGS) -O2 -g -std=c++17 -c $< -o $@
+	$(call Q,CXX)$(CXX) $(CPPFLAGS) $(OPT) -g $(SAN) -std=c++17 -Wall -Wextra -c $< -o $@
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
