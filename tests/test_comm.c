@@ -37,22 +37,6 @@ static int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-// Closes in an order that keeps the store server (rank 0) up until every client is done.
-static void close_store(Store *s, int rank, int world) {
-    char key[32];
-    if (rank > 0) {
-        snprintf(key, sizeof key, "left/%d", rank);
-        EXPECT(store_set(s, key, "", 0) == 0, "%s", store_error(s));
-    } else {
-        for (int r = 1; r < world; r++) {
-            snprintf(key, sizeof key, "left/%d", r);
-            const char *keys[] = {key};
-            EXPECT(store_wait(s, keys, 1) == 0, "%s", store_error(s));
-        }
-    }
-    store_close(s);
-}
-
 // Forks world ranks, each opening the store and a group, then running body; returns how many
 // ranks failed. body frees the group itself (the early-exit case must not).
 static int run_ranks(int world, int timeout_ms, void (*body)(ProcessGroup *, Store *)) {
@@ -69,7 +53,7 @@ static int run_ranks(int world, int timeout_ms, void (*body)(ProcessGroup *, Sto
                 ProcessGroup *pg = pg_new_gloo(s, r, world, timeout_ms, err, sizeof err);
                 EXPECT(pg, "rank %d group: %s", r, err);
                 if (pg) body(pg, s);
-                close_store(s, r, world);
+                store_close(s);
             }
             fflush(stdout);
             _exit(expect_failures ? 1 : 0);

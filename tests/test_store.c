@@ -50,22 +50,6 @@ static Store *open_rank(int rank, int world, int port) {
     return s;
 }
 
-// Closes in an order that keeps the server up until every client is done with it.
-static void close_rank(Store *s, int rank, int world) {
-    char key[32];
-    if (rank > 0) {
-        snprintf(key, sizeof key, "left/%d", rank);
-        EXPECT(store_set(s, key, "", 0) == 0, "%s", store_error(s));
-    } else {
-        for (int r = 1; r < world; r++) {
-            snprintf(key, sizeof key, "left/%d", r);
-            const char *keys[] = {key};
-            EXPECT(store_wait(s, keys, 1) == 0, "%s", store_error(s));
-        }
-    }
-    store_close(s);
-}
-
 // Forks world ranks running body; returns how many of them failed.
 static int run_ranks(int world, void (*body)(Store *, int rank, int world)) {
     int port = free_port();
@@ -77,7 +61,7 @@ static int run_ranks(int world, void (*body)(Store *, int rank, int world)) {
             Store *s = open_rank(r, world, port);
             if (s) {
                 body(s, r, world);
-                close_rank(s, r, world);
+                store_close(s);
             }
             fflush(stdout);
             _exit(expect_failures ? 1 : 0);

@@ -54,6 +54,7 @@ struct Store {
     char *token;
     int fd; // -1 once the connection is lost
     int timeout_ms, world_size, barrier_seq;
+    bool joined; // the handshake succeeded: store_close announces or awaits the leaving
     Server *server;
     char err[512];
 };
@@ -478,6 +479,7 @@ Store *store_open(const char *host, int port, bool is_server, int world_size, co
         store_close(s);
         return NULL;
     }
+    s->joined = true;
     return s;
 }
 
@@ -541,8 +543,24 @@ int store_barrier(Store *s, const char *name) {
 
 const char *store_error(const Store *s) { return s->err; }
 
+// The key every client adds 1 to as it closes.
+#define LEFT_KEY "store/left"
+
+// Server rank: waits, bounded by the store's timeout, until the world_size - 1 other ranks have
+// closed, so that stopping the server never cuts a client off in the middle of a request.
+static void await_leavers(Store *s) {
+    int64_t deadline = now_ms() + s->timeout_ms, left = 0;
+    while (store_add(s, LEFT_KEY, 0, &left) == 0 && left < s->world_size - 1 &&
+           now_ms() < deadline)
+        sleep_ms(5);
+}
+
 void store_close(Store *s) {
     if (!s) return;
+    if (s->joined) {
+        if (!s->server) (void)store_add(s, LEFT_KEY, 1, NULL);
+        else if (s->world_size > 1) await_leavers(s);
+    }
     if (s->fd >= 0) close(s->fd);
     if (s->server) server_stop(s->server);
     free(s->token);

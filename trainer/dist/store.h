@@ -37,8 +37,9 @@ int store_add(Store *s, const char *key, int64_t delta, int64_t *new_value);
 int store_barrier(Store *s, const char *name);
 // The one-line reason for the last failed call on s.
 const char *store_error(const Store *s);
-// Disconnects; on the server rank, also stops serving (close it after the others are done:
-// a final barrier is the usual way).
+// Disconnects. A client first tells the server it is leaving; the server rank first waits
+// (at most the store's timeout) until the other world_size - 1 ranks have left, then stops
+// serving. So every rank simply calls store_close when done, in any order.
 void store_close(Store *s);
 
 #endif
