@@ -99,10 +99,15 @@ check "summary names rank 1 and rank 0's SIGTERM" grep -Eqx \
     "$tmp/err"
 
 # --- a rank that ignores SIGTERM gets SIGKILL after the grace period ------------------------
-cat >"$tmp/stubborn.sh" <<'SH'
+# Rank 1 fails only once rank 0 ignores SIGTERM (else the SIGTERM could land before the trap).
+cat >"$tmp/stubborn.sh" <<SH
 #!/bin/sh
-[ "$RANK" = 1 ] && exit 1
+if [ "\$RANK" = 1 ]; then
+    while [ ! -e "$tmp/trapped" ]; do sleep 0.05; done
+    exit 1
+fi
 trap '' TERM
+touch "$tmp/trapped"
 exec sleep 30
 SH
 chmod +x "$tmp/stubborn.sh"
