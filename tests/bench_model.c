@@ -128,52 +128,25 @@ static void print_forward_ops(const Tape *t, double fwd_total) {
                    100.0 * count[i] / n_ticks);
 }
 
-// ---- forward time per module type: the predict loop of rtdetr.c, timed per layer ----
+// ---- forward time per module type: rtdetr_forward_observed, timed between layers ----
 static double fwd_secs[MOD_RTDETRDECODER + 1];
+
+typedef struct LayerClock {
+    const Rtdetr *m;
+    double last; // when the previous layer finished (or the forward started)
+} LayerClock;
+
+static void layer_done(void *user, int layer) {
+    LayerClock *c = user;
+    double t = now();
+    fwd_secs[c->m->spec.layers[layer].kind] += t - c->last;
+    c->last = t;
+}
 
 static void timed_forward(Rtdetr *m, Tape *t, Tensor *x, const RtdetrDnHook *dn,
                           RtdetrOutput *out) {
-    int n = m->spec.n_layers;
-    Tensor **y = tape_alloc(t, sizeof(Tensor *) * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        const LayerSpec *l = &m->spec.layers[i];
-        Tensor *in[LAYER_MAX_FROM];
-        for (int j = 0; j < l->n_from; j++)
-            in[j] = l->from[j] < 0 ? x : y[l->from[j]];
-        void *mod = m->layers[i].m;
-        double t0 = now();
-        switch (l->kind) {
-        case MOD_CONV:
-        case MOD_DWCONV:
-            y[i] = conv_forward(mod, t, in[0]);
-            break;
-        case MOD_HGSTEM:
-            y[i] = hgstem_forward(mod, t, in[0]);
-            break;
-        case MOD_HGBLOCK:
-            y[i] = hgblock_forward(mod, t, in[0]);
-            break;
-        case MOD_RESNETLAYER:
-            y[i] = resnetlayer_forward(mod, t, in[0]);
-            break;
-        case MOD_AIFI:
-            y[i] = aifi_forward(mod, t, in[0]);
-            break;
-        case MOD_REPC3:
-            y[i] = repc3_forward(mod, t, in[0]);
-            break;
-        case MOD_UPSAMPLE:
-            y[i] = op_upsample_nearest2d(t, in[0], l->upsample_scale);
-            break;
-        case MOD_CONCAT:
-            y[i] = op_concat(t, in, l->n_from, 1);
-            break;
-        case MOD_RTDETRDECODER:
-            head_forward(m->head, t, in, dn, out);
-            break;
-        }
-        fwd_secs[l->kind] += now() - t0;
-    }
+    LayerClock clock = {m, now()};
+    rtdetr_forward_observed(m, t, x, dn, out, layer_done, &clock);
 }
 
 // ---- a get_cdn_group-shaped denoising input: G groups of max_gt positives + negatives ----

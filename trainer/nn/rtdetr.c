@@ -108,6 +108,11 @@ static Tensor *layer_forward(Layer *layer, Tape *t, Tensor *const *in) {
 }
 
 void rtdetr_forward(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn, RtdetrOutput *out) {
+    rtdetr_forward_observed(m, t, images, dn, out, NULL, NULL);
+}
+
+void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn,
+                             RtdetrOutput *out, RtdetrLayerFn after_layer, void *user) {
     CHECK(images->ndim == 4 && images->shape[1] == 3,
           "rtdetr_forward: images must be (B,3,H,W), got %d-d with %lld channels", images->ndim,
           (long long)(images->ndim > 1 ? images->shape[1] : 0));
@@ -123,9 +128,11 @@ void rtdetr_forward(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn, 
             in[j] = l->from[j] < 0 ? images : y[l->from[j]];
         if (l->kind == MOD_RTDETRDECODER) {
             head_forward(m->head, t, in, dn, out);
+            if (after_layer) after_layer(user, i);
             return;
         }
         y[i] = layer_forward(&m->layers[i], t, in);
+        if (after_layer) after_layer(user, i);
     }
     CHECK(false, "model without an RTDETRDecoder");
 }

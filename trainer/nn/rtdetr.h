@@ -68,6 +68,12 @@ void rtdetr_free(Rtdetr *m);
 // denoising, all layers' outputs). dn: NULL or the denoising hook. Fills out.
 void rtdetr_forward(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn, RtdetrOutput *out);
 
+// rtdetr_forward that calls after_layer(user, i) as each layer i finishes (profilers time the
+// gaps between calls); after_layer may be NULL.
+typedef void (*RtdetrLayerFn)(void *user, int layer);
+void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn,
+                             RtdetrOutput *out, RtdetrLayerFn after_layer, void *user);
+
 // "index name d0xd1..." per parameter, then "total T tensors P parameters".
 void rtdetr_print_params(const Rtdetr *m, FILE *f);
 
