@@ -84,13 +84,14 @@ typedef struct Graph {
     int fired[4 * MAX_PARAMS], n_fired;
 } Graph;
 
-static void on_ready(void *user, Tensor *leaf) {
+static int on_ready(void *user, Tensor *leaf) {
     Graph *g = user;
     EXPECT(leaf->grad_defined, "%s: hook of param %d before its grad was defined", g->name,
            leaf->param_index);
-    if (leaf->param_index < 0) return; // the input x: PyTorch registered no hook on it
+    if (leaf->param_index < 0) return 0; // the input x: PyTorch registered no hook on it
     CHECK(g->n_fired < 4 * MAX_PARAMS, "too many hooks");
     g->fired[g->n_fired++] = leaf->param_index;
+    return 0;
 }
 
 static Tensor *constant(Graph *g, const char *field) {

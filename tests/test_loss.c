@@ -133,10 +133,11 @@ typedef struct Fired {
     int n;
 } Fired;
 
-static void on_ready(void *user, Tensor *leaf) {
+static int on_ready(void *user, Tensor *leaf) {
     Fired *f = user;
     CHECK(leaf->param_index >= 0 && leaf->param_index < f->n, "hook on a non-parameter");
     f->count[leaf->param_index]++;
+    return 0;
 }
 
 static Tensor *images(Arena *a, int64_t b, int64_t size, uint64_t seed) {

@@ -377,12 +377,13 @@ typedef struct Fired {
     int n, n_fired;
 } Fired;
 
-static void on_ready(void *user, Tensor *leaf) {
+static int on_ready(void *user, Tensor *leaf) {
     Fired *f = user;
     CHECK(leaf->param_index >= 0 && leaf->param_index < f->n && f->n_fired < 4 * f->n,
           "hook on a non-parameter");
     f->count[leaf->param_index]++;
     f->order[f->n_fired++] = leaf->param_index;
+    return 0;
 }
 
 // tests/golden/params/rtdetr-l.hooks.txt: '#' lines, then the indices. Returns how many.

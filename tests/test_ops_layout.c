@@ -427,10 +427,11 @@ typedef struct Rec {
     int n;
 } Rec;
 
-static void on_ready(void *user, Tensor *leaf_) {
+static int on_ready(void *user, Tensor *leaf_) {
     Rec *r = user;
     if (r->n < 8) r->order[r->n] = leaf_->param_index;
     r->n++;
+    return 0;
 }
 
 // torch.cat of four parameter leaves frees them from one node: the engine's heap pops the

@@ -65,12 +65,13 @@ typedef struct Rec {
     int n;
 } Rec;
 
-static void on_ready(void *user, Tensor *leaf) {
+static int on_ready(void *user, Tensor *leaf) {
     Rec *r = user;
     CHECK(r->n < 64, "too many hooks");
     // The hook runs after accumulation: the gradient must already be defined.
     EXPECT(leaf->grad_defined, "hook of leaf %d before its grad was defined", leaf->param_index);
     r->order[r->n++] = leaf->param_index;
+    return 0;
 }
 
 typedef struct Fixture {

@@ -69,6 +69,7 @@ void tape_free(Tape *t) {
 
 void tape_reset(Tape *t) {
     t->n_nodes = 0;
+    t->n_callbacks = 0;
     if (t->pool) memset(t->pool, 0, sizeof *t->pool); // its buffers live in the arena
     arena_reset(t->arena);
 }
@@ -275,7 +276,11 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
     while (heap.n > 0) {
         Task task = heap_pop(&heap);
         if (task.leaf) {
-            if (t->on_grad_ready) t->on_grad_ready(t->hook_user, task.leaf);
+            if (t->on_grad_ready && t->on_grad_ready(t->hook_user, task.leaf)) {
+                free(heap.v);
+                t->n_callbacks = 0;
+                return -1;
+            }
             continue;
         }
         Node *n = task.node;
@@ -303,7 +308,19 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
         }
     }
     free(heap.v);
-    return 0;
+    // End-of-backward callbacks; one may queue another (PyTorch runs those too).
+    int rc = 0;
+    for (int k = 0; k < t->n_callbacks && rc == 0; k++)
+        rc = t->callbacks[k](t->callback_user[k]);
+    t->n_callbacks = 0;
+    return rc ? -1 : 0;
+}
+
+void tape_queue_callback(Tape *t, BackwardCallbackFn fn, void *user) {
+    CHECK(t->n_callbacks < TAPE_MAX_CALLBACKS, "tape_queue_callback: more than %d callbacks",
+          TAPE_MAX_CALLBACKS);
+    t->callbacks[t->n_callbacks] = fn;
+    t->callback_user[t->n_callbacks++] = user;
 }
 
 void tape_find_unreachable(Tape *t, Tensor *const *roots, int n_roots, Tensor *const *leaves,

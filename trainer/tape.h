@@ -39,8 +39,13 @@ struct Node {
     uint64_t mark;
 };
 
-// Called once per leaf per backward, right after its gradient is complete.
-typedef void (*GradReadyFn)(void *user, Tensor *leaf);
+// Called once per leaf per backward, right after its gradient is complete. Returns 0, or
+// non-zero to stop the backward there (PyTorch: an exception raised in a post hook); then
+// tape_backward returns -1 and no end-of-backward callback runs.
+typedef int (*GradReadyFn)(void *user, Tensor *leaf);
+// An end-of-backward callback (PyTorch's Engine::queue_callback): 0, or non-zero on error.
+typedef int (*BackwardCallbackFn)(void *user);
+#define TAPE_MAX_CALLBACKS 4
 
 struct Tape {
     Arena *arena;          // step arena: nodes, activations, activation grads
@@ -58,6 +63,11 @@ struct Tape {
     // live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
     bool keep_grads;
     struct GradPool *pool;
+    // Queued end-of-backward callbacks, run in order once the next backward has drained its
+    // graph, then forgotten (also by tape_reset).
+    BackwardCallbackFn callbacks[TAPE_MAX_CALLBACKS];
+    void *callback_user[TAPE_MAX_CALLBACKS];
+    int n_callbacks;
 };
 
 // The tape borrows `arena`; n_threads >= 1.
@@ -78,9 +88,14 @@ void *tape_alloc(Tape *t, size_t nbytes);
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);
 
+// Queues fn(user) to run when the current (or next) tape_backward has run every node, as
+// DDP's reducer queues finalize_backward. A callback may queue another; it runs too.
+void tape_queue_callback(Tape *t, BackwardCallbackFn fn, void *user);
+
 // Runs backward from `root`. root_grad: d(root), root->n floats; NULL means 1 and then root
 // must have exactly one element (PyTorch: "grad can be implicitly created only for scalar
-// outputs"). Returns 0, or -1 with a message when root does not require grad.
+// outputs"). Returns 0; -1 with a message when root does not require grad; -1 when a ready
+// hook or an end-of-backward callback failed (the hook's owner holds the reason).
 int tape_backward(Tape *t, Tensor *root, const float *root_grad);
 
 // find_unused_parameters' graph search: walks from every root's grad_fn along the edges and
