@@ -10,14 +10,43 @@ CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
 LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lm -lpthread -ldl
 
-# --- optional features: detected from files, printed once; force with CUDA=0|1 ----------------
-NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1 -----
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 CUDA_FOUND = $(if $(NVCC),1,0)
 # No CUDA kernels exist yet: the build is CPU-only whatever is found, and says so.
 BUILD    ?= build/cpu
 BIN      ?= bin
+# NCCL, the process group's second backend (trainer/dist/comm_nccl.c): in when all of these
+# exist; without it comm_nccl.c compiles to a stub whose pg_new("nccl") says so.
+NCCL_FILES := $(CUDA_HOME)/include/nccl.h $(CUDA_HOME)/include/cuda_runtime.h \
+              $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib64/libcudart.so
+NCCL_MISSING := $(filter-out $(wildcard $(NCCL_FILES)),$(NCCL_FILES))
+NCCL     ?= $(if $(NCCL_MISSING),0,1)
+ifeq ($(filter 0 1,$(NCCL)),)
+  $(error NCCL=$(NCCL): expected 0 or 1)
+endif
+ifeq ($(NCCL)$(if $(NCCL_MISSING),x),1x)
+  $(error NCCL=1 but $(CUDA_HOME) lacks $(NCCL_MISSING))
+endif
+ifeq ($(NCCL),1)
+  # Only the two files that include nccl.h see CUDA's headers; every binary may link NCCL,
+  # --as-needed keeps it out of those that never call it.
+  $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o: \
+    CPPFLAGS += -DDDPDBG_HAVE_NCCL -I$(CUDA_HOME)/include
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcudart \
+              -Wl,--no-as-needed
+endif
+# Switching NCCL in or out dates the objects it compiles differently back to 1970, so they are
+# rebuilt (removing them would not do: .SECONDARY). The setting is kept in $(BUILD)/nccl.setting.
+$(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
+  touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o; \
+  mkdir -p $(BUILD) && echo $(NCCL) > $$s; })
+CONFIG_NVCC := $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build)
+CONFIG_NCCL := $(if $(filter 1,$(NCCL)),in ($(CUDA_HOME)),out \
+               ($(if $(NCCL_MISSING),no $(firstword $(NCCL_MISSING)),NCCL=0)))
 ifeq ($(MAKELEVEL),0)
-  $(info config: nvcc $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build) -> $(BUILD))
+  $(info config: nvcc $(CONFIG_NVCC); NCCL $(CONFIG_NCCL) -> $(BUILD))
 endif
 
 # --- sources: one list per top-level folder ----------------------------------------------------

@@ -1,10 +1,13 @@
 /* comm.h -- the process group: collectives over every rank of a run (PyTorch's ProcessGroup,
- * in C), backed by Gloo over TCP and rendezvoused through the run's Store. Each group runs its
- * collectives on one worker thread, strictly in launch order, so every rank must launch the
- * same collectives in the same order. Allreduce is asynchronous (a work handle); the others
- * block. Not a NCCL backend, not a general tensor library: float sums, raw-byte gathers.
+ * in C), rendezvoused through the run's Store, on one of two backends: Gloo over TCP
+ * (comm_gloo.cc, always built) or NCCL on the GPU (comm_nccl.c, built where CUDA and NCCL are
+ * found). Each group runs its collectives strictly in launch order (Gloo: on one worker
+ * thread; NCCL: on one CUDA stream), so every rank must launch the same collectives in the
+ * same order. Allreduce is asynchronous (a work handle); the others block. Not a general
+ * tensor library: float sums, raw-byte gathers, over host arrays on both backends.
  * Failures (timeout, a peer gone) return -1 with one line in err; once a collective fails,
- * the group is broken and every later one fails with the same reason. */
+ * the group is broken and every later one fails with the same reason. comm.c implements the
+ * pg_* functions once, over the backend table at the end of this file. */
 #ifndef TRAINER_DIST_COMM_H
 #define TRAINER_DIST_COMM_H
 
@@ -30,6 +33,20 @@ typedef struct PgWork PgWork;
 // failure. The store must outlive the group.
 ProcessGroup *pg_new_gloo(Store *store, int rank, int world, int timeout_ms, char *err,
                           size_t errlen);
+// The same for either backend: "gloo" (as pg_new_gloo) or "nccl"; anything else is NULL with
+// "backend=<x>: expected gloo or nccl". NCCL: rank 0 publishes the communicator's unique id
+// through store (a key private to this group, numbered with the Gloo groups); the rank uses
+// CUDA device LOCAL_RANK (else rank) modulo the visible device count; joining blocks until all
+// ranks have, and includes one internal allreduce that pg_seq does not count. A collective
+// that has not completed timeout_ms after its launch aborts the communicator with PyTorch's
+// watchdog line ("[Rank r] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..."),
+// and a peer that NCCL reports gone aborts it at once; both are noticed when the group is
+// polled (a wait, a test, a launch, pg_free), there is no watchdog thread. NULL with one line
+// in err when this build has no NCCL, no CUDA device is visible, or joining fails.
+ProcessGroup *pg_new(const char *backend, Store *store, int rank, int world, int timeout_ms,
+                     char *err, size_t errlen);
+// "gloo" or "nccl".
+const char *pg_backend(const ProcessGroup *pg);
 int pg_rank(const ProcessGroup *pg);
 int pg_world(const ProcessGroup *pg);
 // Number of collectives launched on pg so far; equal across ranks that launched the same ones.
@@ -55,6 +72,33 @@ int pg_barrier(ProcessGroup *pg, char *err, size_t errlen);
 
 // Waits for queued collectives, then disconnects and frees pg.
 void pg_free(ProcessGroup *pg);
+
+// ---- the backend interface: comm.c and the backends only ------------------------------------
+// comm.c validates arguments, owns rank, world, the group numbering and the sequence counter,
+// then calls the backend's table. A backend's group and work are its own (void * here). seq is
+// the collective's number, 1-based (pg_seq just after its launch), equal across ranks; Gloo
+// tags its messages with seq - 1, NCCL names it in errors (PyTorch's SeqNum). Arguments reach
+// the table already checked: 0 <= rank < world, timeout_ms > 0, n >= 0, 0 <= root < world.
+typedef struct PgOps {
+    const char *name; // what pg_backend answers
+    // group_id numbers this process's groups (for store keys); NULL with one line in err.
+    void *(*open)(Store *store, int rank, int world, int timeout_ms, int group_id, char *err,
+                  size_t errlen);
+    // Never NULL: a launch that fails returns work that fails on wait.
+    void *(*allreduce_sum)(void *group, float *data, int64_t n, uint64_t seq);
+    int (*work_wait)(void *work, char *err, size_t errlen);
+    bool (*work_test)(void *work);
+    void (*work_free)(void *work); // waits first, as pg_work_free
+    int (*broadcast)(void *group, float *data, int64_t n, int root, uint64_t seq, char *err,
+                     size_t errlen);
+    int (*allgather)(void *group, const void *in, size_t bytes, void *out, uint64_t seq,
+                     char *err, size_t errlen);
+    int (*barrier)(void *group, uint64_t seq, char *err, size_t errlen);
+    void (*free)(void *group);
+} PgOps;
+
+extern const PgOps pg_gloo_ops; // comm_gloo.cc
+extern const PgOps pg_nccl_ops; // comm_nccl.c; without NCCL its open says so and fails
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
-/* comm_gloo.cc -- the process group of comm.h on Gloo: a gloo::rendezvous::Store adapter over
- * our TCP Store, a full-mesh TCP context, and one worker thread per group that runs queued
- * collectives in launch order. The only C++ in the project; every entry point is extern "C"
- * and catches every exception, turning it into the one-line error comm.h promises. Not a
- * Gloo wrapper in general: float sum, broadcast, byte allgather and barrier only. */
+/* comm_gloo.cc -- the Gloo backend of comm.h (its PgOps table, pg_gloo_ops): a
+ * gloo::rendezvous::Store adapter over our TCP Store, a full-mesh TCP context, and one worker
+ * thread per group that runs queued collectives in launch order. The only C++ in the project;
+ * every entry in the table catches every exception, turning it into the one-line error comm.h
+ * promises. Not a Gloo wrapper in general: float sum, broadcast, byte allgather and barrier. */
 // store.h is plain C without extern "C" guards; its functions have C linkage.
 extern "C" {
 #include "trainer/dist/store.h"
@@ -106,26 +106,24 @@ gloo::transport::tcp::attr device_attr() {
     return attr;
 }
 
-std::atomic<int> groups_created{0};
-
 } // namespace
 
 // One queued collective; shared by the queue and the caller's handle so either may finish first.
 struct WorkState {
     std::function<void()> run;
+    uint64_t seq = 0; // comm.c's number for it, named in its error
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     std::string error; // empty on success
 };
 
-struct ProcessGroup {
+struct GlooGroup {
     int rank = 0, world = 0;
     std::chrono::milliseconds timeout{0};
     std::unique_ptr<StoreAdapter> store;
     std::shared_ptr<gloo::transport::Device> device;
     std::shared_ptr<gloo::rendezvous::Context> context;
-    std::atomic<uint64_t> seq{0};
 
     std::thread worker;
     std::mutex mu; // guards queue, stopping, broken
@@ -135,7 +133,7 @@ struct ProcessGroup {
     std::string broken; // the first failure; later collectives fail with it
 };
 
-struct PgWork {
+struct GlooWork {
     std::shared_ptr<WorkState> state;
 };
 
@@ -146,17 +144,17 @@ static void finish(WorkState &w, std::string error) {
     w.cv.notify_all();
 }
 
-static void worker_loop(ProcessGroup *pg) {
+static void worker_loop(GlooGroup *g) {
     for (;;) {
         std::shared_ptr<WorkState> w;
         std::string broken;
         {
-            std::unique_lock<std::mutex> lock(pg->mu);
-            pg->cv.wait(lock, [pg] { return pg->stopping || !pg->queue.empty(); });
-            if (pg->queue.empty()) return;
-            w = pg->queue.front();
-            pg->queue.pop_front();
-            broken = pg->broken;
+            std::unique_lock<std::mutex> lock(g->mu);
+            g->cv.wait(lock, [g] { return g->stopping || !g->queue.empty(); });
+            if (g->queue.empty()) return;
+            w = g->queue.front();
+            g->queue.pop_front();
+            broken = g->broken;
         }
         if (!broken.empty()) {
             finish(*w, broken);
@@ -171,25 +169,27 @@ static void worker_loop(ProcessGroup *pg) {
             error = "unknown exception in a Gloo collective";
         }
         if (!error.empty()) {
-            error = "rank " + std::to_string(pg->rank) + " collective #" +
-                    std::to_string(pg->seq.load()) + " failed: " + error;
-            std::lock_guard<std::mutex> lock(pg->mu);
-            if (pg->broken.empty()) pg->broken = error;
+            error = "rank " + std::to_string(g->rank) + " collective #" + std::to_string(w->seq) +
+                    " failed: " + error;
+            std::lock_guard<std::mutex> lock(g->mu);
+            if (g->broken.empty()) g->broken = error;
         }
         w->run = nullptr; // drop captured state before the waiter sees completion
         finish(*w, error);
     }
 }
 
-// Queues fn; the returned work completes once the worker has run it. The tag (the sequence
-// number) keeps collectives apart on the wire, as PyTorch's Gloo group does.
-static std::shared_ptr<WorkState> enqueue(ProcessGroup *pg, std::function<void(uint32_t)> fn) {
-    uint32_t tag = (uint32_t)pg->seq.fetch_add(1);
+// Queues fn; the returned work completes once the worker has run it. The tag (seq - 1, so 0
+// first) keeps collectives apart on the wire, as PyTorch's Gloo group does.
+static std::shared_ptr<WorkState> enqueue(GlooGroup *g, uint64_t seq,
+                                          std::function<void(uint32_t)> fn) {
+    uint32_t tag = (uint32_t)(seq - 1);
     auto w = std::make_shared<WorkState>();
+    w->seq = seq;
     w->run = [fn, tag] { fn(tag); };
-    std::lock_guard<std::mutex> lock(pg->mu);
-    pg->queue.push_back(w);
-    pg->cv.notify_one();
+    std::lock_guard<std::mutex> lock(g->mu);
+    g->queue.push_back(w);
+    g->cv.notify_one();
     return w;
 }
 
@@ -201,10 +201,10 @@ static int wait_work(WorkState &w, char *err, size_t errlen) {
     return -1;
 }
 
-static int run_blocking(ProcessGroup *pg, std::function<void(uint32_t)> fn, char *err,
+static int run_blocking(GlooGroup *g, uint64_t seq, std::function<void(uint32_t)> fn, char *err,
                         size_t errlen) {
     try {
-        std::shared_ptr<WorkState> w = enqueue(pg, std::move(fn));
+        std::shared_ptr<WorkState> w = enqueue(g, seq, std::move(fn));
         return wait_work(*w, err, errlen);
     } catch (const std::exception &e) {
         copy_error(err, errlen, one_line(e.what()));
@@ -212,30 +212,22 @@ static int run_blocking(ProcessGroup *pg, std::function<void(uint32_t)> fn, char
     }
 }
 
-extern "C" {
+// ---- the table's entries: arguments arrive checked (see PgOps in comm.h) ----------------------
 
-ProcessGroup *pg_new_gloo(Store *store, int rank, int world, int timeout_ms, char *err,
-                          size_t errlen) {
-    if (world < 1 || rank < 0 || rank >= world || timeout_ms <= 0) {
-        copy_error(err, errlen,
-                   "pg_new_gloo: rank " + std::to_string(rank) + " of world " +
-                       std::to_string(world) + " with timeout " + std::to_string(timeout_ms) +
-                       " ms: expected 0 <= rank < world and a positive timeout");
-        return nullptr;
-    }
-    ProcessGroup *pg = nullptr;
+static void *gloo_open(Store *store, int rank, int world, int timeout_ms, int group_id,
+                       char *err, size_t errlen) {
+    GlooGroup *g = nullptr;
     try {
-        pg = new ProcessGroup;
-        pg->rank = rank, pg->world = world;
-        pg->timeout = std::chrono::milliseconds(timeout_ms);
-        int group = groups_created.fetch_add(1);
-        pg->store.reset(new StoreAdapter(store, "pg" + std::to_string(group) + "/"));
-        pg->device = gloo::transport::tcp::CreateDevice(device_attr());
-        pg->context = std::make_shared<gloo::rendezvous::Context>(rank, world);
-        pg->context->setTimeout(pg->timeout);
-        pg->context->connectFullMesh(*pg->store, pg->device);
-        pg->worker = std::thread(worker_loop, pg);
-        return pg;
+        g = new GlooGroup;
+        g->rank = rank, g->world = world;
+        g->timeout = std::chrono::milliseconds(timeout_ms);
+        g->store.reset(new StoreAdapter(store, "pg" + std::to_string(group_id) + "/"));
+        g->device = gloo::transport::tcp::CreateDevice(device_attr());
+        g->context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+        g->context->setTimeout(g->timeout);
+        g->context->connectFullMesh(*g->store, g->device);
+        g->worker = std::thread(worker_loop, g);
+        return g;
     } catch (const std::exception &e) {
         copy_error(err, errlen,
                    "rank " + std::to_string(rank) + " joining the Gloo group: " +
@@ -243,23 +235,16 @@ ProcessGroup *pg_new_gloo(Store *store, int rank, int world, int timeout_ms, cha
     } catch (...) {
         copy_error(err, errlen, "rank " + std::to_string(rank) + " joining the Gloo group failed");
     }
-    delete pg;
+    delete g;
     return nullptr;
 }
 
-int pg_rank(const ProcessGroup *pg) { return pg->rank; }
-int pg_world(const ProcessGroup *pg) { return pg->world; }
-uint64_t pg_seq(const ProcessGroup *pg) { return pg->seq.load(); }
-
-PgWork *pg_allreduce_sum(ProcessGroup *pg, float *data, int64_t n) {
-    if (n < 0) {
-        fprintf(stderr, "pg_allreduce_sum: negative count %lld\n", (long long)n);
-        abort();
-    }
+static void *gloo_allreduce_sum(void *group, float *data, int64_t n, uint64_t seq) {
+    GlooGroup *g = (GlooGroup *)group;
     try {
-        std::shared_ptr<gloo::Context> ctx = pg->context;
-        std::chrono::milliseconds timeout = pg->timeout;
-        auto w = enqueue(pg, [ctx, timeout, data, n](uint32_t tag) {
+        std::shared_ptr<gloo::Context> ctx = g->context;
+        std::chrono::milliseconds timeout = g->timeout;
+        auto w = enqueue(g, seq, [ctx, timeout, data, n](uint32_t tag) {
             if (n == 0) return;
             gloo::AllreduceOptions opts(ctx);
             opts.setOutput(data, (size_t)n);
@@ -270,41 +255,36 @@ PgWork *pg_allreduce_sum(ProcessGroup *pg, float *data, int64_t n) {
             opts.setTimeout(timeout);
             gloo::allreduce(opts);
         });
-        return new PgWork{w};
+        return new GlooWork{w};
     } catch (const std::exception &e) {
         fprintf(stderr, "pg_allreduce_sum: %s\n", one_line(e.what()).c_str());
         abort();
     }
 }
 
-int pg_work_wait(PgWork *w, char *err, size_t errlen) {
-    return wait_work(*w->state, err, errlen);
+static int gloo_work_wait(void *work, char *err, size_t errlen) {
+    return wait_work(*((GlooWork *)work)->state, err, errlen);
 }
 
-bool pg_work_test(PgWork *w) {
-    WorkState &work = *w->state;
-    std::lock_guard<std::mutex> lock(work.mu);
-    return work.done;
+static bool gloo_work_test(void *work) {
+    WorkState &state = *((GlooWork *)work)->state;
+    std::lock_guard<std::mutex> lock(state.mu);
+    return state.done;
 }
 
-void pg_work_free(PgWork *w) {
-    if (!w) return;
+static void gloo_work_free(void *work) {
+    GlooWork *w = (GlooWork *)work;
     wait_work(*w->state, nullptr, 0);
     delete w;
 }
 
-int pg_broadcast(ProcessGroup *pg, float *data, int64_t n, int root, char *err, size_t errlen) {
-    if (root < 0 || root >= pg->world || n < 0) {
-        copy_error(err, errlen,
-                   "pg_broadcast: root " + std::to_string(root) + ", count " +
-                       std::to_string(n) + ": expected 0 <= root < " +
-                       std::to_string(pg->world) + " and a count >= 0");
-        return -1;
-    }
-    std::shared_ptr<gloo::Context> ctx = pg->context;
-    std::chrono::milliseconds timeout = pg->timeout;
+static int gloo_broadcast(void *group, float *data, int64_t n, int root, uint64_t seq, char *err,
+                          size_t errlen) {
+    GlooGroup *g = (GlooGroup *)group;
+    std::shared_ptr<gloo::Context> ctx = g->context;
+    std::chrono::milliseconds timeout = g->timeout;
     return run_blocking(
-        pg,
+        g, seq,
         [ctx, timeout, data, n, root](uint32_t tag) {
             if (n == 0) return;
             gloo::BroadcastOptions opts(ctx);
@@ -317,13 +297,14 @@ int pg_broadcast(ProcessGroup *pg, float *data, int64_t n, int root, char *err, 
         err, errlen);
 }
 
-int pg_allgather(ProcessGroup *pg, const void *in, size_t bytes, void *out, char *err,
-                 size_t errlen) {
-    std::shared_ptr<gloo::Context> ctx = pg->context;
-    std::chrono::milliseconds timeout = pg->timeout;
-    int rank = pg->rank, world = pg->world;
+static int gloo_allgather(void *group, const void *in, size_t bytes, void *out, uint64_t seq,
+                          char *err, size_t errlen) {
+    GlooGroup *g = (GlooGroup *)group;
+    std::shared_ptr<gloo::Context> ctx = g->context;
+    std::chrono::milliseconds timeout = g->timeout;
+    int rank = g->rank, world = g->world;
     return run_blocking(
-        pg,
+        g, seq,
         [ctx, timeout, in, bytes, out, rank, world](uint32_t tag) {
             if (bytes == 0) return;
             // Gloo's allgather reads this rank's slot of out when given no separate input.
@@ -338,11 +319,12 @@ int pg_allgather(ProcessGroup *pg, const void *in, size_t bytes, void *out, char
         err, errlen);
 }
 
-int pg_barrier(ProcessGroup *pg, char *err, size_t errlen) {
-    std::shared_ptr<gloo::Context> ctx = pg->context;
-    std::chrono::milliseconds timeout = pg->timeout;
+static int gloo_barrier(void *group, uint64_t seq, char *err, size_t errlen) {
+    GlooGroup *g = (GlooGroup *)group;
+    std::shared_ptr<gloo::Context> ctx = g->context;
+    std::chrono::milliseconds timeout = g->timeout;
     return run_blocking(
-        pg,
+        g, seq,
         [ctx, timeout](uint32_t tag) {
             gloo::BarrierOptions opts(ctx);
             opts.setTag(tag);
@@ -352,21 +334,33 @@ int pg_barrier(ProcessGroup *pg, char *err, size_t errlen) {
         err, errlen);
 }
 
-void pg_free(ProcessGroup *pg) {
-    if (!pg) return;
+static void gloo_free(void *group) {
+    GlooGroup *g = (GlooGroup *)group;
     {
-        std::lock_guard<std::mutex> lock(pg->mu);
-        pg->stopping = true;
-        pg->cv.notify_one();
+        std::lock_guard<std::mutex> lock(g->mu);
+        g->stopping = true;
+        g->cv.notify_one();
     }
-    if (pg->worker.joinable()) pg->worker.join();
+    if (g->worker.joinable()) g->worker.join();
     try {
-        pg->context.reset();
-        pg->device.reset();
+        g->context.reset();
+        g->device.reset();
     } catch (...) {
         // A peer already gone can make Gloo throw while closing its pairs; nothing to report.
     }
-    delete pg;
+    delete g;
 }
 
-} // extern "C"
+// In PgOps's field order (C++17 has no designated initialisers).
+extern "C" const PgOps pg_gloo_ops = {
+    "gloo",
+    gloo_open,
+    gloo_allreduce_sum,
+    gloo_work_wait,
+    gloo_work_test,
+    gloo_work_free,
+    gloo_broadcast,
+    gloo_allgather,
+    gloo_barrier,
+    gloo_free,
+};
