@@ -1,7 +1,10 @@
 /* cmd_train.c -- the `train` command: parses Ultralytics' training arguments (trainer/cli.h
  * conventions: unknown, repeated or malformed keys are exit 2), fills a TrainConfig and runs
  * train_run. Checkpoints go to out=DIR, or project/name as Ultralytics names them
- * (runs/detect/train by default; no train2, train3 numbering). */
+ * (runs/detect/train by default; no train2, train3 numbering). DDP's arguments are
+ * DistributedDataParallel's keywords (find_unused_parameters=, static_graph=,
+ * bucket_cap_mb=, gradient_as_bucket_view=, broadcast_buffers=) plus backend=, timeout=
+ * (seconds, collectives) and rdzv_timeout= (seconds, start-up); fault= may repeat. */
 #include "trainer/cmd_train.h"
 
 #include <stdlib.h>
@@ -9,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/base.h" // DIE
+#include "trainer/fault.h"
 #include "trainer/cli.h"
 #include "trainer/train.h"
 
@@ -23,18 +27,46 @@ static double parse_nonneg(const char *key, const char *text) {
     return cli_parse_double("train", key, text, 0, 1e30, "a number >= 0");
 }
 
+// Takes every fault=SPEC out of argv (it may repeat), parsed into faults; returns the new argc.
+static int take_faults(int argc, char **argv, Fault *faults, int *n_faults) {
+    int kept = 0;
+    *n_faults = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "fault=", 6) != 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        if (*n_faults == FAULT_MAX)
+            DIE(2, "ddpdbg-train train: more than %d fault= arguments", FAULT_MAX);
+        char err[512];
+        if (fault_parse(argv[i] + 6, &faults[*n_faults], err, sizeof err))
+            DIE(2, "ddpdbg-train train: %s", err);
+        (*n_faults)++;
+    }
+    return kept;
+}
+
 int cmd_train(int argc, char **argv) {
     TrainConfig c;
     train_config_default(&c);
+    // threads= defaults to OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does),
+    // else every core.
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char threads_default[32];
-    snprintf(threads_default, sizeof threads_default, "%ld", cores > 0 ? cores : 1);
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp && atoi(omp) >= 1)
+        snprintf(threads_default, sizeof threads_default, "%d", atoi(omp));
+    else
+        snprintf(threads_default, sizeof threads_default, "%ld", cores > 0 ? cores : 1);
     const char *model = NULL, *data = NULL, *imgsz = "640", *batch = "16", *epochs = "100",
                *optimizer = "auto", *lr0 = "0.01", *lrf = "0.01", *momentum = "0.937",
                *weight_decay = "0.0005", *warmup_epochs = "3.0", *warmup_momentum = "0.8",
                *warmup_bias_lr = "0.1", *nbs = "64", *seed = "0", *val = "true",
                *threads = threads_default, *out = NULL, *project = NULL, *name = NULL,
-               *resume = NULL, *conf = "0.001", *augment = "true";
+               *resume = NULL, *conf = "0.001", *augment = "true", *find_unused = "false",
+               *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
+               *broadcast_buffers = "true", *backend = "gloo", *timeout = "0",
+               *rdzv_timeout = "120";
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -57,7 +89,18 @@ int cmd_train(int argc, char **argv) {
                            {"name", &name},
                            {"resume", &resume},
                            {"conf", &conf},
-                           {"augment", &augment}};
+                           {"augment", &augment},
+                           {"find_unused_parameters", &find_unused},
+                           {"static_graph", &static_graph},
+                           {"bucket_cap_mb", &bucket_cap_mb},
+                           {"gradient_as_bucket_view", &grad_as_view},
+                           {"broadcast_buffers", &broadcast_buffers},
+                           {"backend", &backend},
+                           {"timeout", &timeout},
+                           {"rdzv_timeout", &rdzv_timeout}};
+    Fault faults[FAULT_MAX];
+    int n_faults;
+    argc = take_faults(argc, argv, faults, &n_faults);
     cli_parse_keys("train", argc, argv, keys, (int)(sizeof keys / sizeof keys[0]));
     if (!model) DIE(2, "ddpdbg-train train: missing model= (a yaml path or a built-in name)");
     if (!data) DIE(2, "ddpdbg-train train: missing data= (a data yaml, e.g. from `synth`)");
@@ -107,7 +150,33 @@ int cmd_train(int argc, char **argv) {
     }
     c.resume = resume;
 
-    char err[2048];
+    DdpConfig *d = &c.ddp;
+    d->reducer.find_unused_parameters = parse_bool("find_unused_parameters", find_unused);
+    d->reducer.static_graph = parse_bool("static_graph", static_graph);
+    d->reducer.gradient_as_bucket_view = parse_bool("gradient_as_bucket_view", grad_as_view);
+    d->broadcast_buffers = parse_bool("broadcast_buffers", broadcast_buffers);
+    if (bucket_cap_mb) {
+        // PyTorch 2.x: a cap the user chose applies to the first bucket too (no 1 MiB bucket).
+        double mb = cli_parse_double("train", "bucket_cap_mb", bucket_cap_mb, 1e-6, 1e6,
+                                     "a size in MiB in (0, 1e6]");
+        d->reducer.bucket_bytes_cap = (int64_t)(mb * 1024 * 1024);
+        if (d->reducer.bucket_bytes_cap < 1)
+            DIE(2, "ddpdbg-train train: bucket_cap_mb=%s is under one byte", bucket_cap_mb);
+        d->reducer.first_bucket_bytes_cap = d->reducer.bucket_bytes_cap;
+    }
+    if (strcmp(backend, "gloo") && strcmp(backend, "nccl"))
+        DIE(2, "ddpdbg-train train: backend must be gloo or nccl, got '%s'", backend);
+    c.backend = backend;
+    c.timeout_s = (int)cli_parse_int("train", "timeout", timeout, 0, 7 * 24 * 3600);
+    c.rdzv_timeout_s = (int)cli_parse_int("train", "rdzv_timeout", rdzv_timeout, 1, 24 * 3600);
+    const char *debug = getenv("TORCH_DISTRIBUTED_DEBUG");
+    if (debug_level_parse(debug, &d->reducer.debug))
+        DIE(2, "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=%s: expected OFF, INFO or DETAIL",
+            debug);
+    c.faults = faults;
+    c.n_faults = n_faults;
+
+    static char err[1 << 16]; // DDP errors list parameter names: tens of KiB on big models
     int rc = train_run(&c, err, sizeof err);
     if (rc == 2) DIE(2, "%s", err);
     if (rc) fprintf(stderr, "%s\n", err);

@@ -21,6 +21,7 @@
 #include "trainer/data/batch.h"
 #include "trainer/data/image.h"
 #include "trainer/data/sampler.h"
+#include "trainer/dist/rendezvous.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
 #include "trainer/validate.h"
@@ -44,8 +45,11 @@ void train_config_default(TrainConfig *c) {
                        .conf = 0.001,
                        .threads = 1,
                        .out_dir = "runs/detect/train",
+                       .backend = "gloo",
+                       .rdzv_timeout_s = 120,
                        .log = stdout,
                        .log_rows = 10};
+    ddp_config_default(&c->ddp);
 }
 
 // Everything one run holds; torn down by run_free whatever setup reached.
@@ -67,6 +71,14 @@ typedef struct Run {
     AugmentConfig aug;
     int64_t nb, nw; // batches per epoch, warmup iterations (-1: none)
     double t_start;
+    // DDP: rank and world (1: no group), the rendezvous and the wrapper
+    int rank, world;
+    Dist dist;
+    bool dist_ok;
+    Ddp ddp;
+    bool ddp_ok;
+    FILE *log;      // c->log on rank 0; /dev/null on the others (Ultralytics prints on rank 0)
+    FILE *null_log;
     char last_path[4096], best_path[4096];
 } Run;
 
@@ -83,6 +95,10 @@ static uint64_t step_seed(uint64_t seed, int64_t ni) {
 }
 static uint64_t augment_seed(uint64_t seed, int64_t epoch) {
     return (seed * 0x94D049BB133111EBull) ^ ((uint64_t)epoch + 1) * 0x2545F4914F6CDD1Dull;
+}
+// Ultralytics seeds each rank with seed + 1 + RANK; one process keeps seed itself.
+static uint64_t rank_seed(const Run *r) {
+    return r->world > 1 ? r->c->seed + 1 + (uint64_t)r->rank : r->c->seed;
 }
 
 // mkdir -p. Returns 0, or -1 with a message naming the folder.
@@ -157,7 +173,7 @@ static int load_split(Run *r, Dataset *ds, const char *split, char *err, size_t 
     int backgrounds = 0;
     for (int i = 0; i < ds->n_images; i++)
         backgrounds += ds->box_start[i + 1] == ds->box_start[i];
-    fprintf(r->c->log, "%s: %d images, %d backgrounds, %d corrupt\n", split, ds->n_images,
+    fprintf(r->log, "%s: %d images, %d backgrounds, %d corrupt\n", split, ds->n_images,
             backgrounds, corrupt);
     return 0;
 }
@@ -167,18 +183,19 @@ static int load_split(Run *r, Dataset *ds, const char *split, char *err, size_t 
 static int setup_optimizer(Run *r, char *err, size_t errlen) {
     const TrainConfig *c = r->c;
     int nc = r->train.nc;
-    int accumulate = schedule_base_accumulate(c->nbs, c->batch);
-    double decay = schedule_weight_decay(c->weight_decay, c->batch, accumulate, c->nbs);
+    int global_batch = c->batch * r->world; // Ultralytics' batch: all ranks together
+    int accumulate = schedule_base_accumulate(c->nbs, global_batch);
+    double decay = schedule_weight_decay(c->weight_decay, global_batch, accumulate, c->nbs);
     OptimKind kind;
     double lr = c->lr0, momentum = c->momentum, warmup_bias_lr = c->warmup_bias_lr;
     if (strcmp(c->optimizer, "auto") == 0) {
-        int64_t iterations = optim_auto_iterations(r->train.n_images, c->batch, c->nbs, c->epochs);
+        int64_t iterations = optim_auto_iterations(r->train.n_images, global_batch, c->nbs, c->epochs);
         OptimChoice ch = optim_auto_choice(iterations, nc);
         kind = ch.kind;
         lr = ch.lr;
         momentum = ch.momentum;
         warmup_bias_lr = 0.0;
-        fprintf(c->log,
+        fprintf(r->log,
                 "optimizer: 'optimizer=auto' found, ignoring 'lr0=%g' and "
                 "'momentum=%g' and determining best 'optimizer', 'lr0' and 'momentum' "
                 "automatically...\n",
@@ -190,7 +207,7 @@ static int setup_optimizer(Run *r, char *err, size_t errlen) {
     Registry *reg = &r->model.reg;
     optim_init(&r->opt, kind, reg->params, reg->names, reg->n_params, lr, momentum, decay);
     r->opt_ok = true;
-    fprintf(c->log,
+    fprintf(r->log,
             "optimizer: %s(lr=%g, momentum=%g) with parameter groups %d weight(decay=0.0), "
             "%d weight(decay=%g), %d bias(decay=0.0)\n",
             optim_kind_name(kind), lr, momentum, optim_group_size(&r->opt, OPTIM_GROUP_NORM),
@@ -203,7 +220,7 @@ static int setup_optimizer(Run *r, char *err, size_t errlen) {
                                 .warmup_momentum = c->warmup_momentum,
                                 .momentum = c->momentum,
                                 .nbs = c->nbs,
-                                .batch = c->batch};
+                                .batch = global_batch};
     r->ck.progress.accumulate = accumulate;
     return 0;
 }
@@ -216,6 +233,35 @@ static int64_t encoder_tokens(int imgsz) {
     return n;
 }
 
+// The launcher's environment: one process, or a rank of a DDP run (rendezvous, group).
+static int setup_dist(Run *r, char *err, size_t errlen) {
+    const TrainConfig *c = r->c;
+    DistEnv env;
+    r->log = c->log;
+    r->world = 1;
+    if (dist_env_read(&env, err, errlen)) return -1;
+    r->rank = env.rank;
+    r->world = env.world;
+    if (r->rank != 0) { // only rank 0 prints progress and tables
+        r->null_log = fopen("/dev/null", "w");
+        if (r->null_log) r->log = r->null_log;
+    }
+    for (int k = 0; k < c->n_faults; k++)
+        if (c->faults[k].rank >= r->world) {
+            snprintf(err, errlen, "fault: rank=%d does not exist (WORLD_SIZE=%d)", c->faults[k].rank,
+                     r->world);
+            return -1;
+        }
+    if (r->world == 1) return 0;
+    bool nccl = !strcmp(c->backend, "nccl");
+    int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
+    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, timeout_s * 1000, err,
+                  errlen))
+        return -1;
+    r->dist_ok = true;
+    return 0;
+}
+
 static int run_setup(Run *r, char *err, size_t errlen) {
     const TrainConfig *c = r->c;
     CHECK(c->model && c->data && c->imgsz % 32 == 0 && c->batch >= 1 && c->epochs >= 1 &&
@@ -223,6 +269,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
           "bad TrainConfig");
     r->t_start = now_seconds();
     backend_need(DEV_CPU)->set_threads(c->threads);
+    if (setup_dist(r, err, errlen)) return -1;
     if (load_split(r, &r->train, "train", err, errlen)) return -1;
     if (load_split(r, &r->val, "val", err, errlen)) return -1;
     if (rtdetr_init(&r->model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
@@ -243,6 +290,17 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     }
     if (rtdetr_init(&r->eval_model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
     r->eval_ok = true;
+    arena_init(&r->step_arena, DEV_CPU, 0);
+    tape_init(&r->tape, &r->step_arena, c->threads);
+    r->tape_ok = true;
+    if (r->world > 1) { // DistributedDataParallel(model): checks, rank 0's weights everywhere
+        if (ddp_init(&r->ddp, r->dist.pg, &r->model.reg, &r->tape, &c->ddp, NULL, NULL)) {
+            snprintf(err, errlen, "rank %d: RuntimeError: %s", r->rank, ddp_error(&r->ddp));
+            r->ddp_ok = true;
+            return -1;
+        }
+        r->ddp_ok = true;
+    }
     if (make_dirs(c->out_dir, err, errlen)) return -1;
     snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
     snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
@@ -268,19 +326,22 @@ static int run_setup(Run *r, char *err, size_t errlen) {
                      c->resume, c->epochs);
             return -1;
         }
-        fprintf(c->log, "Resuming training from %s from epoch %lld to %d total epochs\n", c->resume,
+        fprintf(r->log, "Resuming training from %s from epoch %lld to %d total epochs\n", c->resume,
                 (long long)p->epoch + 1, c->epochs);
     }
-    r->nb = (r->train.n_images + c->batch - 1) / c->batch;
+    // The rank's shard: DistributedSampler's num_samples, equal on every rank.
+    Sampler s;
+    sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
+    r->nb = (s.per_rank + c->batch - 1) / c->batch;
     r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
     r->aug = augment_default();
-    arena_init(&r->step_arena, DEV_CPU, 0);
-    tape_init(&r->tape, &r->step_arena, c->threads);
-    r->tape_ok = true;
     return 0;
 }
 
-static void run_free(Run *r) {
+static void run_free(Run *r, bool clean) {
+    if (r->ddp_ok && clean) ddp_free(&r->ddp);
+    if (r->dist_ok) dist_close(&r->dist, clean);
+    if (r->null_log) fclose(r->null_log);
     if (r->tape_ok) tape_free(&r->tape);
     arena_free(&r->step_arena);
     if (r->ema_ok) ema_free(&r->ema);
@@ -310,7 +371,7 @@ static void print_header(FILE *f) {
 // "done/total [elapsed<eta, rate]". A tty gets one line redrawn in place.
 static void print_row(const Run *r, int epoch, int64_t done, const double *tloss, int instances,
                       double epoch_t0, bool tty) {
-    FILE *f = r->c->log;
+    FILE *f = r->log;
     char ep[32], el[32], eta[32], rate[32];
     snprintf(ep, sizeof ep, "%d/%d", epoch + 1, r->c->epochs);
     double elapsed = now_seconds() - epoch_t0, per_it = elapsed / (double)done;
@@ -337,8 +398,8 @@ static const char *nonfinite_term(const LossItems *it) {
 // One batch of _do_train: warmup, forward + loss, backward, and every `accumulate` iterations
 // clip, optimizer step, zero_grad (set_to_none, torch 2.x's default: a parameter no gradient
 // reaches this window is skipped by the step) and EMA update. Returns 0, or 1 with err set.
-static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, double *tloss,
-                     int *instances, char *err, size_t errlen) {
+static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t n_order,
+                     double *tloss, int *instances, char *err, size_t errlen) {
     const TrainConfig *c = r->c;
     CheckpointProgress *p = &r->ck.progress;
     int64_t ni = p->iteration;
@@ -347,21 +408,35 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, double 
     p->accumulate = accumulate;
 
     int64_t first = i * c->batch;
-    int n = (int)(r->train.n_images - first < c->batch ? r->train.n_images - first : c->batch);
+    int n = (int)(n_order - first < c->batch ? n_order - first : c->batch);
     Batch b = {0};
     if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
-                   augment_seed(c->seed, epoch), err, errlen))
+                   augment_seed(rank_seed(r), epoch), err, errlen))
         return 2;
     Tape *t = &r->tape;
     tape_reset(t);
     t->training = true;
     t->grad_enabled = true;
+    // DDP._pre_forward: here the prior iteration's unfinished reduction raises.
+    if (r->ddp_ok && ddp_pre_forward(&r->ddp)) {
+        batch_free(&b);
+        snprintf(err, errlen, "RuntimeError: %s", ddp_error(&r->ddp));
+        return 1;
+    }
     Tensor *images = tensor_view(t->arena, b.images, 4, (int64_t[]){n, 3, c->imgsz, c->imgsz});
     Targets tg = {
         .n_images = n, .n_boxes = b.n_boxes, .cls = b.cls, .bboxes = b.boxes, .counts = b.counts};
+    if (fault_hits(c->faults, c->n_faults, FAULT_NOGT, r->rank, ni)) {
+        // The same images, no labels: a background-only batch, as the field report's rank had.
+        tg.n_boxes = 0;
+        for (int k = 0; k < n; k++)
+            b.counts[k] = 0;
+        fprintf(stderr, "fault nogt: rank %d, iteration %lld: %d images, their %d boxes removed\n",
+                r->rank, (long long)ni, n, b.n_boxes);
+    }
     LossItems items;
-    Tensor *loss = rtdetr_loss(&r->model, t, images, &tg, step_seed(c->seed, ni), &items);
-    *instances = b.n_boxes;
+    Tensor *loss = rtdetr_loss(&r->model, t, images, &tg, step_seed(rank_seed(r), ni), &items);
+    *instances = tg.n_boxes;
     const char *bad = nonfinite_term(&items);
     if (bad) {
         batch_free(&b);
@@ -371,8 +446,19 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, double 
                  bad, (long long)ni, epoch + 1, (long long)i + 1, (long long)r->nb);
         return 1;
     }
-    CHECK(tape_backward(t, loss, NULL) == 0, "the loss does not require grad");
+    if (r->ddp_ok) {
+        // DDP._post_forward sees the model's output (Ultralytics: the loss); the trainer then
+        // scales it by world, as BaseTrainer does (`self.loss *= world_size`).
+        ddp_post_forward(&r->ddp, &loss, 1);
+        loss = op_scale(t, loss, (float)r->world);
+    }
+    int backward = tape_backward(t, loss, NULL);
     batch_free(&b); // the images are saved for backward: freed only now
+    if (backward) {
+        CHECK(r->ddp_ok, "the loss does not require grad");
+        snprintf(err, errlen, "RuntimeError: %s", ddp_error(&r->ddp));
+        return 1;
+    }
     if (c->on_step) c->on_step(c->user, ni, &items);
 
     if (ni - p->last_opt_step >= p->accumulate) {
@@ -404,7 +490,7 @@ static int run_validate(Run *r, bool final, TrainEpochReport *rep, char *err, si
     if (validate_run(&r->eval_model, &r->tape, &r->val, r->c->imgsz, vbatch, r->c->conf, &res, err,
                      errlen))
         return 2;
-    validate_print_table(r->c->log, &res, &r->val, final);
+    validate_print_table(r->log, &res, &r->val, final);
     rep->validated = true;
     rep->precision = res.precision;
     rep->recall = res.recall;
@@ -415,32 +501,49 @@ static int run_validate(Run *r, bool final, TrainEpochReport *rep, char *err, si
     return 0;
 }
 
+// Rank 0's decision to stop, to every rank (Ultralytics' broadcast_object_list([self.stop])).
+static int broadcast_stop(Run *r, bool *stop, char *err, size_t errlen) {
+    float flag = *stop ? 1.0f : 0.0f;
+    char why[1024];
+    Reducer *red = &r->ddp.reducer;
+    uint64_t seq = pg_seq(r->dist.pg) + 1;
+    reducer_note_collective(red, "broadcast", "stop", 1, seq, false, true);
+    int rc = pg_broadcast(r->dist.pg, &flag, 1, 0, why, sizeof why);
+    reducer_note_collective(red, "broadcast", "stop", 1, seq, true, rc == 0);
+    if (rc) {
+        snprintf(err, errlen, "RuntimeError: %s", why);
+        return 1;
+    }
+    *stop = flag != 0.0f;
+    return 0;
+}
+
 // One epoch and its end: validation, LambdaLR step, last.ckpt (and best.ckpt when the fitness
 // improved). The checkpoint is written after the scheduler step with progress.epoch pointing
 // at the next epoch, so that loading it resumes exactly where this run goes on.
 static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, size_t errlen) {
     const TrainConfig *c = r->c;
     Sampler s;
-    sampler_init(&s, r->train.n_images, 1, 0, true, c->seed);
+    sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
     sampler_epoch(&s, epoch, order);
     optim_zero_grad(&r->opt, true); // a window left open by the last epoch is dropped
     double tloss[3] = {0, 0, 0}, t0 = now_seconds();
-    bool tty = isatty(fileno(c->log));
+    bool tty = isatty(fileno(r->log));
     int64_t row_every = (r->nb + c->log_rows - 1) / c->log_rows;
-    print_header(c->log);
+    print_header(r->log);
     for (int64_t i = 0; i < r->nb; i++) {
         int instances = 0;
-        int rc = run_batch(r, epoch, i, order, tloss, &instances, err, errlen);
+        int rc = run_batch(r, epoch, i, order, s.per_rank, tloss, &instances, err, errlen);
         if (rc) {
-            if (tty) fputc('\n', c->log);
+            if (tty) fputc('\n', r->log);
             return rc;
         }
         if (tty || (i + 1) % row_every == 0 || i + 1 == r->nb)
             print_row(r, epoch, i + 1, tloss, instances, t0, tty);
     }
-    if (tty) fputc('\n', c->log);
+    if (tty) fputc('\n', r->log);
     if (r->n_corrupt)
-        fprintf(c->log, "%d corrupt images ignored (see the warnings)\n", r->n_corrupt);
+        fprintf(r->log, "%d corrupt images ignored (see the warnings)\n", r->n_corrupt);
 
     TrainEpochReport rep = {.epoch = epoch,
                             .epochs = c->epochs,
@@ -448,7 +551,7 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
                             .cls = (float)tloss[1],
                             .l1 = (float)tloss[2]};
     bool final = epoch + 1 == c->epochs;
-    if (c->val || final) {
+    if (r->rank == 0 && (c->val || final)) { // the other ranks wait in the stop broadcast
         int rc = run_validate(r, final, &rep, err, errlen);
         if (rc) return rc;
     }
@@ -457,11 +560,14 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
     p->epoch = epoch + 1;
     bool best = rep.validated && rep.fitness > p->best_fitness;
     if (best) p->best_fitness = rep.fitness;
-    if (checkpoint_save(r->last_path, &r->ck, err, errlen)) return 2;
-    if (best && checkpoint_save(r->best_path, &r->ck, err, errlen)) return 2;
+    if (r->rank == 0) {
+        if (checkpoint_save(r->last_path, &r->ck, err, errlen)) return 2;
+        if (best && checkpoint_save(r->best_path, &r->ck, err, errlen)) return 2;
+    }
     rep.iterations = p->iteration;
     rep.seconds = now_seconds() - r->t_start;
-    if (c->on_epoch && !c->on_epoch(c->user, &rep)) *stop = true;
+    if (r->rank == 0 && c->on_epoch && !c->on_epoch(c->user, &rep)) *stop = true;
+    if (r->world > 1) return broadcast_stop(r, stop, err, errlen);
     return 0;
 }
 
@@ -474,9 +580,9 @@ int train_run(const TrainConfig *c, char *err, size_t errlen) {
     for (; rc == 0 && !stop && epoch < c->epochs; epoch++)
         rc = run_epoch(&r, epoch, order, &stop, err, errlen);
     if (rc == 0)
-        fprintf(c->log, "\n%d epochs completed in %.3f hours.\nResults saved to %s\n",
+        fprintf(r.log, "\n%d epochs completed in %.3f hours.\nResults saved to %s\n",
                 epoch - first_epoch, (now_seconds() - r.t_start) / 3600.0, c->out_dir);
     free(order);
-    run_free(&r);
+    run_free(&r, rc == 0);
     return rc;
 }

@@ -4,8 +4,15 @@
  * a checkpoint per epoch (checkpoint.h) from which a resumed run continues bit for bit.
  * Gradients are cleared as torch 2.x's zero_grad(set_to_none=True) does: a parameter that no
  * gradient reached since the last step is skipped by the next one (no decay, no moment decay).
- * Prints Ultralytics-like progress rows and validation tables. Not here: the command line
- * (cmd_train.c), DDP (one process, world size 1), mosaic and the random affine (augment.h). */
+ * Prints Ultralytics-like progress rows and validation tables.
+ * DDP: when the launcher's environment names a world larger than 1 (rendezvous.h), every rank
+ * runs this loop over its DistributedSampler shard with the model wrapped in DDP (ddp.h), as
+ * Ultralytics 8.1's trainer does: `batch` is per rank, accumulate and the weight-decay scale
+ * use the global batch (batch x world), the loss is multiplied by world before backward, and
+ * rank 0 alone prints, validates and writes checkpoints, then broadcasts whether to stop.
+ * A DDP error (e.g. "Expected to have finished reduction ...") stops the rank with exit 1 and
+ * PyTorch's text; the others then fail in their collectives or are stopped by the launcher.
+ * Not here: the command line (cmd_train.c), mosaic and the random affine (augment.h). */
 #ifndef TRAINER_TRAIN_H
 #define TRAINER_TRAIN_H
 
@@ -14,7 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trainer/dist/ddp.h"
 #include "trainer/eval/map.h"
+#include "trainer/fault.h"
 #include "trainer/nn/loss.h"
 
 typedef struct TrainEpochReport {
@@ -47,6 +56,14 @@ typedef struct TrainConfig {
     // kind are verified; the other arguments (data, imgsz, batch, epochs, seed, ...) must be
     // the ones it was made with for the continuation to equal the uninterrupted run.
     const char *resume;
+    // DDP (used when WORLD_SIZE > 1): the DDP arguments, the process-group backend ("gloo" or
+    // "nccl"), the collective timeout (0: PyTorch's default, 1800 s Gloo / 600 s NCCL) and
+    // the start-up timeout (store connection and join).
+    DdpConfig ddp;
+    const char *backend;
+    int timeout_s, rdzv_timeout_s;
+    const Fault *faults; // fault injection (fault.h), n_faults of them
+    int n_faults;
     FILE *log;    // progress and tables (stdout); warnings go to stderr
     int log_rows; // progress rows per epoch when log is not a tty (>= 1)
     // Optional observers (NULL: none). on_step sees every iteration's loss items after its
@@ -60,13 +77,16 @@ typedef struct TrainConfig {
 // imgsz 640, batch 16, epochs 100, optimizer auto, lr0 0.01, lrf 0.01, momentum 0.937,
 // weight_decay 5e-4, warmup_epochs 3, warmup_momentum 0.8, warmup_bias_lr 0.1, nbs 64, grad
 // clip 10, augment on, seed 0, val on, conf 0.001, threads 1, out_dir "runs/detect/train",
-// log stdout with 10 rows per epoch. model and data are NULL.
+// log stdout with 10 rows per epoch, PyTorch's DDP defaults, backend gloo, rendezvous
+// timeout 120 s, no faults. model and data are NULL.
 void train_config_default(TrainConfig *c);
 
 // Runs the training. Returns 0 when done (or stopped by on_epoch); 2 with one line in err
 // for bad input (a missing or malformed file, a bad label line, an empty dataset, a
-// checkpoint that is truncated, foreign or already finished); 1 with one line in err when a
-// loss term or the gradient norm is not finite (naming the iteration and the term).
+// checkpoint that is truncated, foreign or already finished; a failed rendezvous or ranks
+// that disagree on the model or the DDP settings); 1 with err when a loss term or the
+// gradient norm is not finite (naming the iteration and the term), or when DDP raised
+// ("RuntimeError: " and PyTorch's text, which may span lines: size err generously).
 int train_run(const TrainConfig *c, char *err, size_t errlen);
 
 #endif
