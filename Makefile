@@ -114,6 +114,7 @@ golden:
 	/usr/bin/python3 tests/golden/make_optim.py tests/golden
 	/usr/bin/python3 tests/golden/make_scipy.py tests/golden
 	/usr/bin/python3 tests/golden/make_loss.py tests/golden
+	/usr/bin/python3 tests/golden/ddp/make_ddp.py
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
