@@ -32,6 +32,7 @@ int harness_run(int world, int pg_timeout_ms, int limit_s, int (*body)(RankCtx *
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
+            signal(SIGPIPE, SIG_IGN); // as the trainer's main: a dead peer is an error, not a signal
             char err[512];
             RankCtx ctx = {.rank = r, .world = world, .user = user};
             ctx.store = store_open("127.0.0.1", port, r == 0, world, "harness", 10000, err,

@@ -178,7 +178,14 @@ int cmd_train(int argc, char **argv) {
 
     static char err[1 << 16]; // DDP errors list parameter names: tens of KiB on big models
     int rc = train_run(&c, err, sizeof err);
-    if (rc == 2) DIE(2, "%s", err);
     if (rc) fprintf(stderr, "%s\n", err);
+    const char *world = getenv("WORLD_SIZE");
+    if (rc && world && atoi(world) > 1) {
+        // A DDP rank that failed leaves at once, as a Python process that raises does: its
+        // process group and store are not torn down (that would wait for peers that may be
+        // stuck in a collective with it); exit closes the sockets and the peers' waits fail.
+        fflush(NULL);
+        _exit(rc);
+    }
     return rc;
 }

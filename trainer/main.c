@@ -2,6 +2,7 @@
  * Ultralytics-style key=value arguments (trainer/cli.h). Commands: params (the parameter
  * listing of a model), synth (writes the synthetic dataset, trainer/cmd_synth.c), train (single-process
  * training, trainer/cmd_train.c). Bad input is one line on stderr and exit status 2; --help prints the usage. */
+#include <signal.h>
 #include <stdlib.h>
 
 #include "kernels/base.h"       // DIE
@@ -46,6 +47,9 @@ static int cmd_params(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    // A peer that died closes its sockets; writing to one must be an error the process group
+    // reports, not a SIGPIPE that kills this rank silently (Python, hence PyTorch, ignores it).
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

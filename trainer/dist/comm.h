@@ -6,8 +6,9 @@
  * same order. Allreduce is asynchronous (a work handle); the others block. Not a general
  * tensor library: float sums, raw-byte gathers, over host arrays on both backends.
  * Failures (timeout, a peer gone) return -1 with one line in err; once a collective fails,
- * the group is broken and every later one fails with the same reason. comm.c implements the
- * pg_* functions once, over the backend table at the end of this file. */
+ * the group is broken and every later one fails with the same reason. The program must ignore
+ * SIGPIPE (trainer/main.c does, as Python does): a write to a dead peer is then an error here.
+ * comm.c implements the pg_* functions once, over the backend table at the end of this file. */
 #ifndef TRAINER_DIST_COMM_H
 #define TRAINER_DIST_COMM_H
 
@@ -27,8 +28,10 @@ typedef struct PgWork PgWork;
 // Connects rank (of world) to every other rank: addresses are exchanged through store under
 // keys private to this group (groups are numbered per process, so every rank must create its
 // groups in the same order). The Gloo device binds the interface GLOO_SOCKET_IFNAME names;
-// else 127.0.0.1 when MASTER_ADDR is unset or loopback (one machine); else this machine's
-// hostname, as PyTorch does. timeout_ms bounds the connection and every later
+// else 127.0.0.1 when MASTER_ADDR is unset or loopback (one machine); else the local address
+// the kernel routes to MASTER_ADDR from (PyTorch binds the hostname's address, which is often
+// loopback in /etc/hosts), the hostname only when no route is found. timeout_ms bounds the
+// connection and every later
 // collective. Blocks until all ranks have joined; returns NULL with one line in err on
 // failure. The store must outlive the group.
 ProcessGroup *pg_new_gloo(Store *store, int rank, int world, int timeout_ms, char *err,
