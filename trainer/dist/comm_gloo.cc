@@ -18,6 +18,10 @@ extern "C" {
 #include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -88,6 +92,31 @@ std::string one_line(const char *what) {
     return s;
 }
 
+// The local address this machine would use to reach master (a UDP connect sends nothing; it
+// only asks the kernel for the route), into *out. PyTorch binds the hostname's address, which
+// on many machines is 127.0.1.1 or 127.0.0.1 from /etc/hosts: then ranks on other nodes try to
+// reach us at loopback and fail only after several connect timeouts.
+bool route_source(const char *master, std::string *out) {
+    struct addrinfo hints = {}, *ai = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    if (getaddrinfo(master, "9", &hints, &ai) != 0 || !ai) return false;
+    bool ok = false;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in local = {};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN];
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&local, &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text)) {
+        *out = text;
+        ok = true;
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return ok;
+}
+
 // Which address the device binds: see pg_new_gloo in comm.h.
 gloo::transport::tcp::attr device_attr() {
     gloo::transport::tcp::attr attr;
@@ -98,7 +127,8 @@ gloo::transport::tcp::attr device_attr() {
     } else if (!master || !*master || !strcmp(master, "localhost") ||
                !strncmp(master, "127.", 4)) {
         attr.hostname = "127.0.0.1";
-    } else {
+    } else if (!route_source(master, &attr.hostname)) {
+        // the hostname, as PyTorch does, when no route to the master can be found
         char host[256] = {0};
         gethostname(host, sizeof host - 1);
         attr.hostname = host;
