@@ -312,7 +312,7 @@ static void all_reduce_bucket(Reducer *r, int b) {
     Bucket *k = &r->buckets[b];
     CHECK(!k->work, "bucket %d launched twice in one iteration", b);
     uint64_t seq = pg_seq(r->pg) + 1; // the collective about to launch (1-based)
-    k->work = pg_allreduce_sum(r->pg, k->flat, k->numel);
+    // the event first: its time is the launch, not the return of the queueing call
     emit(r, (ReducerEvent){.kind = REDUCER_EV_COLLECTIVE,
                            .param = -1,
                            .bucket = b,
@@ -320,15 +320,16 @@ static void all_reduce_bucket(Reducer *r, int b) {
                            .what = "bucket",
                            .numel = k->numel,
                            .seq = seq});
+    k->work = pg_allreduce_sum(r->pg, k->flat, k->numel);
 }
 
 static void all_reduce_local_used_map(Reducer *r) {
     memcpy(r->local_used_dev, r->local_used, sizeof(float) * (size_t)r->n_params);
     uint64_t seq = pg_seq(r->pg) + 1; // the collective about to launch (1-based)
     CHECK(!r->local_used_work, "local_used_map allreduce launched twice");
+    reducer_note_collective(r, "allreduce", "local_used_map", r->n_params, seq, false, true);
     r->local_used_work = pg_allreduce_sum(r->pg, r->local_used_dev, r->n_params);
     r->local_used_reduced = false;
-    reducer_note_collective(r, "allreduce", "local_used_map", r->n_params, seq, false, true);
 }
 
 // Waits for a work handle, emits COLLECTIVE_DONE and frees it. -1 with the error set.
