@@ -5,6 +5,7 @@
  * store or Gloo thread exists; each child reports through its exit status. */
 #include "trainer/dist/comm.h"
 
+#include "tests/ddp_harness.h" // harness_free_port
 #include "tests/expect.h"
 
 #include <netinet/in.h>
@@ -25,23 +26,11 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &n) < 0) {
-        perror("free_port");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 // Forks world ranks, each opening the store and a group, then running body; returns how many
 // ranks failed. body frees the group itself (the early-exit case must not).
 static int run_ranks(int world, int timeout_ms, void (*body)(ProcessGroup *, Store *)) {
-    int port = free_port();
+    int port = harness_free_port();
     pid_t pids[8];
     for (int r = 0; r < world; r++) {
         pids[r] = fork();

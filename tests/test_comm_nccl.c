@@ -11,6 +11,7 @@
  * own (NCCL_HOSTID) and they talk over sockets on lo. */
 #include "trainer/dist/comm.h"
 
+#include "tests/ddp_harness.h" // harness_free_port
 #include "tests/expect.h"
 
 #include <netinet/in.h>
@@ -54,18 +55,6 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &n) < 0) {
-        perror("free_port");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static bool starts_with(const char *s, const char *prefix) {
     return !strncmp(s, prefix, strlen(prefix));
@@ -90,7 +79,7 @@ static void nccl_env(int rank, int world) {
 // returns how many ranks failed. body frees the group itself (the early-exit case must not).
 static int run_ranks(const char *backend, int world, int timeout_ms,
                      void (*body)(ProcessGroup *, Store *)) {
-    int port = free_port();
+    int port = harness_free_port();
     pid_t pids[8];
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
@@ -141,7 +130,7 @@ static void probe_nccl(void) {
     nccl_env(0, 1);
     char err[512] = "";
     Store *s =
-        store_open("127.0.0.1", free_port(), true, 1, TOKEN, STORE_TIMEOUT_MS, err, sizeof err);
+        store_open("127.0.0.1", harness_free_port(), true, 1, TOKEN, STORE_TIMEOUT_MS, err, sizeof err);
     EXPECT(s, "probe store: %s", err);
     if (!s) _exit(1);
     ProcessGroup *pg = pg_new("nccl", s, 0, 1, TIMEOUT_MS, err, sizeof err);
