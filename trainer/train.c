@@ -571,6 +571,46 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
     return 0;
 }
 
+// After a DDP run: every rank's parameters hashed (FNV-1a over their bytes) and gathered, so a
+// silent divergence (a rank that skipped a synced backward, a second backward, swapped
+// same-shaped parameters) is said out loud instead of surfacing as bad accuracy later.
+static int check_ranks_agree(Run *r, char *err, size_t errlen) {
+    uint64_t h = 1469598103934665603ull;
+    const Registry *reg = &r->model.reg;
+    for (int i = 0; i < reg->n_params; i++) {
+        const unsigned char *b = (const unsigned char *)reg->params[i]->data;
+        for (size_t k = 0; k < sizeof(float) * (size_t)reg->params[i]->n; k++)
+            h = (h ^ b[k]) * 1099511628211ull;
+    }
+    uint64_t *all = xcalloc((size_t)r->world, sizeof(uint64_t));
+    char why[1024];
+    uint64_t seq = pg_seq(r->dist.pg) + 1;
+    reducer_note_collective(&r->ddp.reducer, "allgather", "param_fingerprint", r->world, seq,
+                            false, true);
+    int rc = pg_allgather(r->dist.pg, &h, sizeof h, all, why, sizeof why);
+    reducer_note_collective(&r->ddp.reducer, "allgather", "param_fingerprint", r->world, seq, true,
+                            rc == 0);
+    if (rc) {
+        free(all);
+        snprintf(err, errlen, "RuntimeError: %s", why);
+        return 1;
+    }
+    int differ = 0;
+    for (int k = 0; k < r->world; k++)
+        differ += all[k] != all[0];
+    if (differ == 0)
+        fprintf(r->log, "DDP: parameters identical on all %d ranks (fingerprint %016llx)\n",
+                r->world, (unsigned long long)all[0]);
+    else if (r->rank == 0)
+        for (int k = 1; k < r->world; k++)
+            if (all[k] != all[0])
+                fprintf(stderr, "WARNING: DDP: rank %d's parameters differ from rank 0's "
+                                "(fingerprints %016llx, %016llx): the ranks diverged\n",
+                        k, (unsigned long long)all[k], (unsigned long long)all[0]);
+    free(all);
+    return 0;
+}
+
 int train_run(const TrainConfig *c, char *err, size_t errlen) {
     Run r = {.c = c};
     int rc = run_setup(&r, err, errlen) ? 2 : 0;
@@ -579,6 +619,7 @@ int train_run(const TrainConfig *c, char *err, size_t errlen) {
     bool stop = false;
     for (; rc == 0 && !stop && epoch < c->epochs; epoch++)
         rc = run_epoch(&r, epoch, order, &stop, err, errlen);
+    if (rc == 0 && r.world > 1) rc = check_ranks_agree(&r, err, errlen);
     if (rc == 0)
         fprintf(r.log, "\n%d epochs completed in %.3f hours.\nResults saved to %s\n",
                 epoch - first_epoch, (now_seconds() - r.t_start) / 3600.0, c->out_dir);

@@ -2,7 +2,7 @@
 # ddp.sh TRAIN -- DDP training through `ddpdbg run` (bin/ddpdbg, next to TRAIN): the field
 # report (rtdetr-l, a background-only batch on rank 0 at iteration 1: PyTorch's "Expected to
 # have finished reduction" with the 43 parameter indices; find_unused_parameters=true trains
-# through it; TORCH_DISTRIBUTED_DEBUG=INFO's names, on rtdetr-tiny); a clean 2-rank run where
+# through it, ending with identical parameters on both ranks; TORCH_DISTRIBUTED_DEBUG=INFO's names, on rtdetr-tiny); a clean 2-rank run where
 # only rank 0 prints rows and writes checkpoints; and bad set-ups (port in use, no master,
 # WORLD_SIZE or model or DDP settings that differ across ranks, bad argument values), each one
 # line and a non-zero exit, never a hang: every run is under `timeout`, so a hang fails the test.
@@ -105,6 +105,8 @@ check "find_unused_parameters=true: the epoch completed" \
     grep -qx '\[rank0\]:1 epochs completed in .* hours\.' "$tmp/out"
 check "find_unused_parameters=true: no RuntimeError" absent RuntimeError "$tmp/err"
 check "find_unused_parameters=true: last.ckpt" [ -s "$tmp/field-unused/last.ckpt" ]
+check "find_unused_parameters=true: identical parameters on both ranks" \
+    grep -q '^\[rank0\]:DDP: parameters identical on all 2 ranks (fingerprint [0-9a-f]*)$' "$tmp/out"
 
 # The INFO variant on rtdetr-tiny (same structure: head 27, 3 decoder layers): the names of
 # exactly the listed indices, in descending index order, then the indices line.
