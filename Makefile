@@ -8,7 +8,7 @@ CFLAGS   += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Werror=implici
             -Wno-unused-parameter -fopenmp
 CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
-LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lm -lpthread -ldl
+LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lsqlite3 -lm -lpthread -ldl
 
 # --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1 -----
 CUDA_HOME ?= /usr/local/cuda
@@ -53,10 +53,11 @@ endif
 KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
 TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c)) \
             $(wildcard trainer/dist/*.cc)
+PROBE    := $(wildcard probe/*.c)
 TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
 obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
 MODELS   := $(sort $(wildcard trainer/models/*.yaml))
-LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS)) $(BUILD)/gen/models.o
+LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS) $(PROBE)) $(BUILD)/gen/models.o $(BUILD)/gen/schema.o
 # The trainer and kernels as one archive: a binary links only the objects it uses.
 LIB      := $(BUILD)/libddpdbg.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
@@ -65,7 +66,7 @@ TRAIN    := $(BIN)/ddpdbg-train
 TUI      := $(wildcard tui/*.c)
 VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
 
-.PHONY: all test debug bench deps golden clean help format demo
+.PHONY: all test debug bench deps golden clean help format demo examples
 all: $(TRAIN) $(VIEWER) $(TESTS)
 
 $(LIB): $(LIBOBJ)
@@ -73,10 +74,10 @@ $(LIB): $(LIBOBJ)
 $(TRAIN): $(call obj,trainer/main.c) $(LIB)
 	@mkdir -p $(@D)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
-# bin/ddpdbg: the launcher and viewer; it links neither the trainer nor the kernels.
-$(BIN)/ddpdbg: $(call obj,$(TUI))
+# bin/ddpdbg: the launcher and viewer; from the library it takes only the probe (traces).
+$(BIN)/ddpdbg: $(call obj,$(TUI)) $(LIB)
 	@mkdir -p $(@D)
-	$(call Q,LINK)$(CC) $(LDFLAGS) $^ -lm -lpthread -o $@
+	$(call Q,LINK)$(CC) $(LDFLAGS) $^ -lsqlite3 -lm -lpthread -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -99,8 +100,8 @@ demo: $(TRAIN)
 	$(TRAIN) train model=rtdetr-tiny.yaml data=$(DEMO)/synth/data.yaml imgsz=128 batch=8 epochs=3 out=$(DEMO)/run
 
 # Installs the Debian packages the build needs; a no-op when they are present.
-DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev libncurses-dev \
-            libpng-dev libjpeg-dev libgloo-dev clang
+DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
+            libpng-dev libjpeg-dev libgloo-dev clang tmux
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -116,6 +117,31 @@ golden:
 	/usr/bin/python3 tests/golden/make_loss.py tests/golden
 	/usr/bin/python3 tests/golden/ddp/make_ddp.py
 
+# Example traces, committed under traces/examples/<scenario>/: short real 2-rank runs of
+# rtdetr-tiny (96 px, batch 1, 6 training images, so 3 iterations an epoch) recorded by
+# `ddpdbg run --trace`, then VACUUMed. What each shows: `ddpdbg report traces/examples/X`.
+# A run's own exit status is the scenario's (the field report fails, the hang exits 124), so
+# it is not checked; that every rank wrote its database is.
+EXAMPLES     ?= traces/examples
+, := ,
+EXAMPLE_DATA := build/examples/data
+EXAMPLE_RUN   = rm -rf $(EXAMPLES)/$(1) && timeout -k 5 180 $(BIN)/ddpdbg run --nproc-per-node 2 \
+  --master-port $(2) --no-tui --trace $(EXAMPLES)/$(1) $(3) -- train model=rtdetr-tiny.yaml \
+  data=$(EXAMPLE_DATA)/data.yaml imgsz=96 batch=1 val=false out=build/examples/run-$(1) $(4) \
+  >build/examples/$(1).log 2>&1; \
+  for db in $(EXAMPLES)/$(1)/rank0.db $(EXAMPLES)/$(1)/rank1.db; do \
+    [ -s $$db ] || { echo "examples: $(1): no $$db (log: build/examples/$(1).log)" >&2; exit 1; }; \
+    sqlite3 $$db VACUUM || exit 1; done; \
+  echo "  $(1): $$(du -cb $(EXAMPLES)/$(1)/rank*.db | tail -1 | cut -f1) bytes"
+examples: $(TRAIN) $(BIN)/ddpdbg
+	@command -v sqlite3 >/dev/null || { echo "examples: needs the sqlite3 command (make deps)" >&2; exit 1; }
+	@mkdir -p build/examples
+	@[ -f $(EXAMPLE_DATA)/data.yaml ] || $(TRAIN) synth out=$(EXAMPLE_DATA) n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
+	@$(call EXAMPLE_RUN,healthy,29611,,epochs=1)
+	@$(call EXAMPLE_RUN,field_report,29612,,epochs=1 fault=nogt:rank=0$(,)iter=1)
+	@$(call EXAMPLE_RUN,find_unused,29613,,epochs=1 fault=nogt:rank=0$(,)iter=1 find_unused_parameters=true)
+	@$(call EXAMPLE_RUN,hang_skip_backward,29614,--hang-timeout 3,epochs=2 fault=skip_backward:rank=1$(,)iter=1)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
@@ -128,6 +154,7 @@ help:
 	@echo 'make test [T=x] run every test (or tests/test_x) ; last line "N passed, N failed"'
 	@echo 'make debug      the tests under ASan+UBSan (build/debug)'
 	@echo 'make bench      benchmarks (timings are printed, never asserted)'
+	@echo 'make examples   record the example traces in traces/examples/ (2-rank rtdetr-tiny runs)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
 	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
@@ -136,6 +163,13 @@ $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
 	@mkdir -p $(@D)
 	$(call Q,GEN)sh trainer/models/embed.sh $@ $(MODELS)
 $(BUILD)/gen/models.o: $(BUILD)/gen/models.c
+	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# The trace schema, compiled into the probe from traces/schema.sql (its one definition).
+$(BUILD)/gen/schema.c: traces/schema.sql probe/embed_schema.sh
+	@mkdir -p $(@D)
+	$(call Q,GEN)sh probe/embed_schema.sh $@ traces/schema.sql
+$(BUILD)/gen/schema.o: $(BUILD)/gen/schema.c
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 ifndef V
