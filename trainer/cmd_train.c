@@ -49,6 +49,11 @@ static int take_faults(int argc, char **argv, Fault *faults, int *n_faults) {
 int cmd_train(int argc, char **argv) {
     TrainConfig c;
     train_config_default(&c);
+    c.argc = argc; // recorded in the trace as given (before fault= is taken out)
+    c.argv = argv;
+    char **args_copy = malloc(sizeof(char *) * (size_t)(argc + 1));
+    memcpy(args_copy, argv, sizeof(char *) * (size_t)argc);
+    c.argv = args_copy;
     // threads= defaults to OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does),
     // else every core.
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -66,7 +71,7 @@ int cmd_train(int argc, char **argv) {
                *resume = NULL, *conf = "0.001", *augment = "true", *find_unused = "false",
                *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
                *broadcast_buffers = "true", *backend = "gloo", *timeout = "0",
-               *rdzv_timeout = "120";
+               *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR");
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -97,7 +102,8 @@ int cmd_train(int argc, char **argv) {
                            {"broadcast_buffers", &broadcast_buffers},
                            {"backend", &backend},
                            {"timeout", &timeout},
-                           {"rdzv_timeout", &rdzv_timeout}};
+                           {"rdzv_timeout", &rdzv_timeout},
+                           {"trace", &trace}};
     Fault faults[FAULT_MAX];
     int n_faults;
     argc = take_faults(argc, argv, faults, &n_faults);
@@ -175,10 +181,12 @@ int cmd_train(int argc, char **argv) {
             debug);
     c.faults = faults;
     c.n_faults = n_faults;
+    c.trace_dir = trace; // trace=DIR, else DDPDBG_TRACE_DIR (set by `ddpdbg run --trace`)
 
     static char err[1 << 16]; // DDP errors list parameter names: tens of KiB on big models
     int rc = train_run(&c, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
+    free(args_copy);
     const char *world = getenv("WORLD_SIZE");
     if (rc && world && atoi(world) > 1) {
         // A DDP rank that failed leaves at once, as a Python process that raises does: its

@@ -8,6 +8,7 @@
 #include "trainer/train.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #include "trainer/data/image.h"
 #include "trainer/data/sampler.h"
 #include "trainer/dist/rendezvous.h"
+#include "trainer/trace.h"
+#include "trainer/train_faults.h"
 #include "trainer/optim/clip.h"
 #include "trainer/optim/schedule.h"
 #include "trainer/validate.h"
@@ -79,6 +82,8 @@ typedef struct Run {
     bool ddp_ok;
     FILE *log;      // c->log on rank 0; /dev/null on the others (Ultralytics prints on rank 0)
     FILE *null_log;
+    TrainTrace trace; // the probe (off when no trace directory)
+    FaultObserver observer; // the reducer's observer: the trace, and fault=kill's timing
     char last_path[4096], best_path[4096];
 } Run;
 
@@ -252,6 +257,7 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
                      r->world);
             return -1;
         }
+    trace_open(&r->trace, c->trace_dir, r->rank, r->world, c->argc, c->argv);
     if (r->world == 1) return 0;
     bool nccl = !strcmp(c->backend, "nccl");
     int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
@@ -272,7 +278,10 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     if (setup_dist(r, err, errlen)) return -1;
     if (load_split(r, &r->train, "train", err, errlen)) return -1;
     if (load_split(r, &r->val, "val", err, errlen)) return -1;
-    if (rtdetr_init(&r->model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
+    // fault=shape: this rank's model has one class more (class-dependent tensors change shape)
+    bool shape_fault = fault_hits(c->faults, c->n_faults, FAULT_SHAPE, r->rank, -1);
+    if (rtdetr_init(&r->model, c->model, r->train.nc + shape_fault, c->seed, err, errlen))
+        return -1;
     r->model_ok = true;
     // The decoder selects nq of the encoder's tokens: levels at strides 8, 16 and 32 (every
     // RT-DETR yaml) must hold at least that many, else the head's CHECK would abort.
@@ -293,8 +302,32 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     arena_init(&r->step_arena, DEV_CPU, 0);
     tape_init(&r->tape, &r->step_arena, c->threads);
     r->tape_ok = true;
+    for (int k = 0; k < c->n_faults; k++) { // fault=unused must name real parameters
+        if (c->faults[k].kind != FAULT_UNUSED) continue;
+        int hits = 0;
+        for (int i = 0; i < r->model.reg.n_params; i++)
+            hits += fnmatch(c->faults[k].param, r->model.reg.names[i], 0) == 0;
+        if (!hits) {
+            snprintf(err, errlen, "fault=unused: param=%s matches no parameter of %s (see "
+                                  "`ddpdbg-train params model=%s`)",
+                     c->faults[k].param, c->model, c->model);
+            return -1;
+        }
+    }
+    trace_params(&r->trace, &r->model.reg);
     if (r->world > 1) { // DistributedDataParallel(model): checks, rank 0's weights everywhere
-        if (ddp_init(&r->ddp, r->dist.pg, &r->model.reg, &r->tape, &c->ddp, NULL, NULL)) {
+        DdpConfig ddp = c->ddp;
+        const Fault *cap = fault_find(c->faults, c->n_faults, FAULT_BUCKET_CAP, r->rank, -1);
+        if (cap) // fault=bucket_cap: this rank alone uses another cap (first bucket included)
+            ddp.reducer.bucket_bytes_cap = ddp.reducer.first_bucket_bytes_cap =
+                (int64_t)(cap->mb * 1024 * 1024);
+        r->observer = (FaultObserver){.trace = &r->trace,
+                                      .faults = c->faults,
+                                      .n_faults = c->n_faults,
+                                      .rank = r->rank,
+                                      .n_params = r->model.reg.n_params};
+        if (ddp_init(&r->ddp, r->dist.pg, &r->model.reg, &r->tape, &ddp, fault_observer,
+                     &r->observer)) {
             snprintf(err, errlen, "rank %d: RuntimeError: %s", r->rank, ddp_error(&r->ddp));
             r->ddp_ok = true;
             return -1;
@@ -339,6 +372,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
 }
 
 static void run_free(Run *r, bool clean) {
+    trace_close(&r->trace); // first: the probe stores what the rank recorded, even on failure
     if (r->ddp_ok && clean) ddp_free(&r->ddp);
     if (r->dist_ok) dist_close(&r->dist, clean);
     if (r->null_log) fclose(r->null_log);
@@ -409,6 +443,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
 
     int64_t first = i * c->batch;
     int n = (int)(n_order - first < c->batch ? n_order - first : c->batch);
+    trace_iteration(&r->trace, ni);
+    r->observer.iter = ni;
+    r->observer.hooks = 0;
+    trace_phase(&r->trace, 0, PROBE_PHASE_DATA);
     Batch b = {0};
     if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
                    augment_seed(rank_seed(r), epoch), err, errlen))
@@ -418,10 +456,20 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     t->training = true;
     t->grad_enabled = true;
     // DDP._pre_forward: here the prior iteration's unfinished reduction raises.
+    trace_phase(&r->trace, PROBE_FORWARD_BEGIN, PROBE_PHASE_FORWARD);
     if (r->ddp_ok && ddp_pre_forward(&r->ddp)) {
         batch_free(&b);
         snprintf(err, errlen, "RuntimeError: %s", ddp_error(&r->ddp));
         return 1;
+    }
+    fault_kill_point(c->faults, c->n_faults, r->rank, ni, FAULT_PHASE_FORWARD);
+    const Fault *slow = fault_find(c->faults, c->n_faults, FAULT_SLOW, r->rank, -1);
+    if (slow) fault_sleep_ms(slow->ms); // a straggler
+    bool no_sync = r->ddp_ok && fault_hits(c->faults, c->n_faults, FAULT_NO_SYNC, r->rank, ni);
+    if (no_sync) {
+        fprintf(stderr, "fault no_sync: rank %d runs iteration %lld under no_sync()\n", r->rank,
+                (long long)ni);
+        ddp_no_sync(&r->ddp, true);
     }
     Tensor *images = tensor_view(t->arena, b.images, 4, (int64_t[]){n, 3, c->imgsz, c->imgsz});
     Targets tg = {
@@ -434,6 +482,7 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         fprintf(stderr, "fault nogt: rank %d, iteration %lld: %d images, their %d boxes removed\n",
                 r->rank, (long long)ni, n, b.n_boxes);
     }
+    trace_batch(&r->trace, n, order + first, b.counts);
     LossItems items;
     Tensor *loss = rtdetr_loss(&r->model, t, images, &tg, step_seed(rank_seed(r), ni), &items);
     *instances = tg.n_boxes;
@@ -444,6 +493,7 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
                  "train: %s is not finite at iteration %lld (epoch %d, batch "
                  "%lld/%lld): stopping",
                  bad, (long long)ni, epoch + 1, (long long)i + 1, (long long)r->nb);
+        trace_error(&r->trace, err);
         return 1;
     }
     if (r->ddp_ok) {
@@ -452,13 +502,28 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         ddp_post_forward(&r->ddp, &loss, 1);
         loss = op_scale(t, loss, (float)r->world);
     }
+    trace_phase(&r->trace, PROBE_FORWARD_END, PROBE_PHASE_FORWARD);
+    if (fault_hits(c->faults, c->n_faults, FAULT_SKIP_BACKWARD, r->rank, ni)) {
+        // `continue` before backward: no hook fires, so this rank's reducer has nothing to
+        // finalize and raises nothing; its collectives fall one iteration behind the others'.
+        fprintf(stderr, "fault skip_backward: rank %d skips backward and the step at iteration "
+                        "%lld\n", r->rank, (long long)ni);
+        batch_free(&b);
+        p->iteration++;
+        return 0;
+    }
+    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
+    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
+    trace_phase(&r->trace, PROBE_BACKWARD_BEGIN, PROBE_PHASE_BACKWARD);
     int backward = tape_backward(t, loss, NULL);
+    if (no_sync) ddp_no_sync(&r->ddp, false);
     batch_free(&b); // the images are saved for backward: freed only now
     if (backward) {
         CHECK(r->ddp_ok, "the loss does not require grad");
         snprintf(err, errlen, "RuntimeError: %s", ddp_error(&r->ddp));
         return 1;
     }
+    trace_phase(&r->trace, PROBE_BACKWARD_END, PROBE_PHASE_OPTIM);
     if (c->on_step) c->on_step(c->user, ni, &items);
 
     if (ni - p->last_opt_step >= p->accumulate) {
@@ -474,6 +539,7 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         optim_zero_grad(&r->opt, true);
         ema_update(&r->ema, &r->model.reg);
         p->last_opt_step = ni;
+        trace_phase(&r->trace, PROBE_OPTIM_STEP, PROBE_PHASE_OPTIM);
     }
     const float shown[3] = {items.giou, items.cls, items.l1};
     for (int k = 0; k < 3; k++)
@@ -531,7 +597,10 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
     bool tty = isatty(fileno(r->log));
     int64_t row_every = (r->nb + c->log_rows - 1) / c->log_rows;
     print_header(r->log);
-    for (int64_t i = 0; i < r->nb; i++) {
+    int64_t nb = r->nb; // fault=uneven: this rank's shard is shorter
+    const Fault *uneven = fault_find(c->faults, c->n_faults, FAULT_UNEVEN, r->rank, -1);
+    if (uneven) nb = uneven->batches >= nb ? 0 : nb - uneven->batches;
+    for (int64_t i = 0; i < nb; i++) {
         int instances = 0;
         int rc = run_batch(r, epoch, i, order, s.per_rank, tloss, &instances, err, errlen);
         if (rc) {
@@ -552,6 +621,7 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
                             .l1 = (float)tloss[2]};
     bool final = epoch + 1 == c->epochs;
     if (r->rank == 0 && (c->val || final)) { // the other ranks wait in the stop broadcast
+        trace_phase(&r->trace, 0, PROBE_PHASE_VALIDATE);
         int rc = run_validate(r, final, &rep, err, errlen);
         if (rc) return rc;
     }
@@ -561,6 +631,7 @@ static int run_epoch(Run *r, int epoch, int64_t *order, bool *stop, char *err, s
     bool best = rep.validated && rep.fitness > p->best_fitness;
     if (best) p->best_fitness = rep.fitness;
     if (r->rank == 0) {
+        trace_phase(&r->trace, 0, PROBE_PHASE_CHECKPOINT);
         if (checkpoint_save(r->last_path, &r->ck, err, errlen)) return 2;
         if (best && checkpoint_save(r->best_path, &r->ck, err, errlen)) return 2;
     }

@@ -64,6 +64,10 @@ typedef struct TrainConfig {
     int timeout_s, rdzv_timeout_s;
     const Fault *faults; // fault injection (fault.h), n_faults of them
     int n_faults;
+    // The probe (trace.h): trace_dir NULL or "" is off; argc/argv are recorded as metadata.
+    const char *trace_dir;
+    int argc;
+    char **argv;
     FILE *log;    // progress and tables (stdout); warnings go to stderr
     int log_rows; // progress rows per epoch when log is not a tty (>= 1)
     // Optional observers (NULL: none). on_step sees every iteration's loss items after its

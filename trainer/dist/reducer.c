@@ -129,14 +129,19 @@ const char *reducer_error(const Reducer *r) { return r->error ? r->error : ""; }
 
 void reducer_note_collective(Reducer *r, const char *op, const char *what, int64_t numel,
                              uint64_t seq, bool done, bool ok) {
-    emit(r, (ReducerEvent){.kind = done ? REDUCER_EV_COLLECTIVE_DONE : REDUCER_EV_COLLECTIVE,
-                           .param = -1,
-                           .bucket = -1,
-                           .op = op,
-                           .what = what,
-                           .numel = numel,
-                           .seq = seq,
-                           .ok = ok});
+    ReducerEvent e = {.kind = done ? REDUCER_EV_COLLECTIVE_DONE : REDUCER_EV_COLLECTIVE,
+                      .param = -1,
+                      .bucket = -1,
+                      .op = op,
+                      .what = what,
+                      .numel = numel,
+                      .seq = seq,
+                      .ok = ok};
+    emit(r, e);
+    if (!done && strcmp(what, "local_used_map") != 0) { // blocking: the wait starts now
+        e.kind = REDUCER_EV_COLLECTIVE_WAIT;
+        emit(r, e);
+    }
 }
 
 // ---- buckets: initialize_buckets / initialize_bucket_views ----------------------------------
@@ -321,6 +326,7 @@ static void all_reduce_bucket(Reducer *r, int b) {
                            .numel = k->numel,
                            .seq = seq});
     k->work = pg_allreduce_sum(r->pg, k->flat, k->numel);
+    k->seq = seq;
 }
 
 static void all_reduce_local_used_map(Reducer *r) {
@@ -329,12 +335,22 @@ static void all_reduce_local_used_map(Reducer *r) {
     CHECK(!r->local_used_work, "local_used_map allreduce launched twice");
     reducer_note_collective(r, "allreduce", "local_used_map", r->n_params, seq, false, true);
     r->local_used_work = pg_allreduce_sum(r->pg, r->local_used_dev, r->n_params);
+    r->local_used_seq = seq;
     r->local_used_reduced = false;
 }
 
 // Waits for a work handle, emits COLLECTIVE_DONE and frees it. -1 with the error set.
-static int wait_work(Reducer *r, PgWork **work, int bucket, const char *what, int64_t numel) {
+static int wait_work(Reducer *r, PgWork **work, int bucket, const char *what, int64_t numel,
+                     uint64_t seq) {
     char err[1024];
+    ReducerEvent e = {.kind = REDUCER_EV_COLLECTIVE_WAIT,
+                      .param = -1,
+                      .bucket = bucket,
+                      .op = "allreduce",
+                      .what = what,
+                      .numel = numel,
+                      .seq = seq};
+    if (!pg_work_test(*work)) emit(r, e); // only a wait that may block is worth an event
     int rc = pg_work_wait(*work, err, sizeof err);
     pg_work_free(*work);
     *work = NULL;
@@ -344,6 +360,7 @@ static int wait_work(Reducer *r, PgWork **work, int bucket, const char *what, in
                            .op = "allreduce",
                            .what = what,
                            .numel = numel,
+                           .seq = seq,
                            .ok = rc == 0});
     return rc ? reducer_fail(r, "%s", err) : 0;
 }
@@ -351,7 +368,7 @@ static int wait_work(Reducer *r, PgWork **work, int bucket, const char *what, in
 // Waits for the used-bitmap allreduce and copies the reduced counts back (the D2H copy).
 static int fetch_local_used(Reducer *r) {
     if (r->local_used_work &&
-        wait_work(r, &r->local_used_work, -1, "local_used_map", r->n_params))
+        wait_work(r, &r->local_used_work, -1, "local_used_map", r->n_params, r->local_used_seq))
         return -1;
     memcpy(r->local_used, r->local_used_dev, sizeof(float) * (size_t)r->n_params);
     r->local_used_reduced = true;
@@ -524,7 +541,7 @@ static int finalize_backward(Reducer *r) {
         Bucket *k = &r->buckets[b];
         CHECK(k->work, "Expected bucket.future_work not to be null. This may indicate that "
                        "communication hook was not properly installed.");
-        rc = wait_work(r, &k->work, b, "bucket", k->numel);
+        rc = wait_work(r, &k->work, b, "bucket", k->numel, k->seq);
         r->div_factor = -1.0;
         if (rc == 0) rc = finalize_bucket_dense(r, k);
     }

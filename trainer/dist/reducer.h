@@ -74,6 +74,7 @@ typedef enum {
     REDUCER_EV_MARK_READY,    // param marked ready in its bucket (unused ones too: unused = true)
     REDUCER_EV_BUCKET_READY,  // bucket's pending count reached 0
     REDUCER_EV_COLLECTIVE,    // a collective was launched: op, bucket (-1 if none), numel, seq
+    REDUCER_EV_COLLECTIVE_WAIT, // the rank starts waiting for it (finalize; blocking ops)
     REDUCER_EV_COLLECTIVE_DONE, // its wait returned (ok or not)
     REDUCER_EV_FINALIZE,      // finalize_backward finished: the iteration is reduced
     REDUCER_EV_LAYOUT,        // a bucket layout was installed (rebuilt = false: the initial one)
@@ -88,11 +89,12 @@ typedef struct ReducerEvent {
     bool grad_defined;  // HOOK
     bool unused;        // MARK_READY: marked as unused by find_unused_parameters
     bool rebuilt;       // LAYOUT
-    const char *op;     // COLLECTIVE(_DONE): "allreduce", "broadcast", "allgather"
-    const char *what;   // COLLECTIVE(_DONE): "bucket", "local_used_map", "bucket_indices", ...
-    int64_t numel;      // COLLECTIVE(_DONE): elements
-    uint64_t seq;       // COLLECTIVE(_DONE): its number on the group, 1-based (pg_seq after it)
-    bool ok;            // COLLECTIVE_DONE
+    // COLLECTIVE, _WAIT, _DONE:
+    const char *op;     // "allreduce", "broadcast", "allgather"
+    const char *what;   // "bucket", "local_used_map", "bucket_indices", "buffers", ...
+    int64_t numel;      // elements
+    uint64_t seq;       // its number on the group, 1-based (pg_seq after it)
+    bool ok;            // DONE: it succeeded
     const char *text;   // ERROR: the full message
     const BucketLayout *layout; // LAYOUT
 } ReducerEvent;
@@ -106,6 +108,7 @@ typedef struct Bucket {
     int64_t numel;
     int pending;      // vars not yet marked ready this iteration
     PgWork *work;     // the launched allreduce, or NULL
+    uint64_t seq;     // its collective number
 } Bucket;
 
 typedef struct Reducer {
@@ -132,6 +135,7 @@ typedef struct Reducer {
     float *local_used, *local_used_dev; // local_used_map_ and the copy the allreduce sums
     bool local_used_reduced;
     PgWork *local_used_work;
+    uint64_t local_used_seq;
     double div_factor;     // < 0: unset
     int *rebuilt;          // rebuilt_param_indices_ (gradient-ready order)
     int n_rebuilt, cap_rebuilt;
@@ -174,7 +178,9 @@ int reducer_unmarked(const Reducer *r, int *out);
 const char *reducer_error(const Reducer *r);
 // Sets the error text (printf format) and emits it as an ERROR event; returns -1.
 int reducer_fail(Reducer *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-// Emits a COLLECTIVE event for a collective the DDP layer issues itself (buffer broadcasts).
+// Emits the events of a blocking collective the DDP layer or the trainer issues itself
+// (buffer broadcasts, the stop flag): done false gives COLLECTIVE then COLLECTIVE_WAIT (call
+// it just before the collective), done true gives COLLECTIVE_DONE.
 void reducer_note_collective(Reducer *r, const char *op, const char *what, int64_t numel,
                              uint64_t seq, bool done, bool ok);
 

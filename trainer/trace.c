@@ -1,0 +1,121 @@
+/* trace.c -- the trainer's probe glue (trace.h). */
+#include "trainer/trace.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef DDPDBG_REVISION
+#define DDPDBG_REVISION "unknown"
+#endif
+
+void trace_open(TrainTrace *t, const char *dir, int rank, int world, int argc, char **argv) {
+    *t = (TrainTrace){.phase = PROBE_PHASE_STARTUP};
+    if (!dir || !*dir) return;
+    ProbeConfig cfg = {.dir = dir, .rank = rank, .heartbeat_ms = 1000};
+    t->probe = probe_open(&cfg);
+    if (!t->probe) return; // probe_open warned once; training goes on untraced
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    probe_meta(t->probe, "world", "%d", world);
+    probe_meta(t->probe, "host", "%s", host);
+    probe_meta(t->probe, "pid", "%d", (int)getpid());
+    probe_meta(t->probe, "revision", "%s", DDPDBG_REVISION);
+    char args[4096] = "";
+    size_t at = 0;
+    for (int i = 0; i < argc && at < sizeof args; i++)
+        at += (size_t)snprintf(args + at, sizeof args - at, "%s%s", i ? " " : "", argv[i]);
+    probe_meta(t->probe, "args", "%s", args);
+    probe_set_phase(t->probe, PROBE_PHASE_STARTUP, -1);
+}
+
+void trace_close(TrainTrace *t) {
+    if (t->probe) probe_set_phase(t->probe, PROBE_PHASE_DONE, t->iter);
+    probe_close(t->probe);
+    t->probe = NULL;
+}
+
+void trace_params(TrainTrace *t, const Registry *reg) {
+    t->reg = reg;
+    if (!t->probe) return;
+    for (int i = 0; i < reg->n_params; i++) {
+        const Tensor *p = reg->params[i];
+        probe_param(t->probe, i, reg->names[i], p->ndim, p->shape, p->n);
+    }
+}
+
+void trace_iteration(TrainTrace *t, int64_t iter) {
+    t->iter = iter;
+    t->hook_order = 0;
+}
+
+void trace_phase(TrainTrace *t, ProbeKind kind, ProbePhase phase) {
+    if (!t->probe) return;
+    if (kind) probe_emit(t->probe, kind, t->iter, 0, 0, 0, 0, NULL);
+    t->phase = phase;
+    probe_set_phase(t->probe, phase, t->iter);
+}
+
+void trace_batch(TrainTrace *t, int n_images, const int64_t *indices, const int *boxes) {
+    for (int k = 0; t->probe && k < n_images; k++)
+        probe_emit(t->probe, PROBE_BATCH, t->iter, (int32_t)indices[k], boxes[k], k, 0, NULL);
+}
+
+void trace_error(TrainTrace *t, const char *text) {
+    if (t->probe) probe_emit(t->probe, PROBE_ERROR, t->iter, 0, 0, 0, 0, text);
+}
+
+static ProbeOp op_code(const char *op) {
+    if (!strcmp(op, "broadcast")) return PROBE_OP_BROADCAST;
+    if (!strcmp(op, "allgather")) return PROBE_OP_ALLGATHER;
+    if (!strcmp(op, "barrier")) return PROBE_OP_BARRIER;
+    return PROBE_OP_ALLREDUCE;
+}
+
+void trace_reducer_event(void *user, const ReducerEvent *e) {
+    TrainTrace *t = user;
+    Probe *p = t->probe;
+    if (!p) return;
+    switch (e->kind) {
+    case REDUCER_EV_HOOK:
+        probe_emit(p, PROBE_GRAD_READY, t->iter, e->param, t->hook_order++, e->grad_defined, 0,
+                   NULL);
+        break;
+    case REDUCER_EV_MARK_READY:
+        probe_emit(p, PROBE_MARK_READY, t->iter, e->param, e->bucket, e->unused, 0, NULL);
+        break;
+    case REDUCER_EV_BUCKET_READY:
+        probe_emit(p, PROBE_BUCKET_READY, t->iter, 0, e->bucket, 0, 0, NULL);
+        break;
+    case REDUCER_EV_COLLECTIVE:
+        probe_emit(p, PROBE_COLL_LAUNCH, t->iter, op_code(e->op), e->bucket, (int64_t)e->seq,
+                   e->numel, e->what);
+        break;
+    case REDUCER_EV_COLLECTIVE_WAIT:
+        probe_set_phase(p, PROBE_PHASE_COLLECTIVE, t->iter);
+        break;
+    case REDUCER_EV_COLLECTIVE_DONE:
+        probe_emit_text(p, PROBE_COLL_DONE, e->ok ? PROBE_FLAG_OK : 0, t->iter, op_code(e->op),
+                        e->bucket, (int64_t)e->seq, e->numel, e->what, strlen(e->what));
+        probe_set_phase(p, t->phase, t->iter);
+        break;
+    case REDUCER_EV_FINALIZE:
+        probe_emit(p, PROBE_FINALIZE, t->iter, 0, 0, 0, 0, NULL);
+        break;
+    case REDUCER_EV_LAYOUT: {
+        const BucketLayout *l = e->layout;
+        int gen = t->generation++;
+        for (int b = 0; b < l->n_buckets; b++) {
+            int64_t offset = 0; // the parameter's first element in the bucket's flat buffer
+            for (int k = l->start[b]; k < l->start[b + 1]; k++) {
+                probe_emit(p, PROBE_LAYOUT, t->iter, gen, b, l->vars[k], offset, NULL);
+                offset += t->reg ? t->reg->params[l->vars[k]]->n : 0;
+            }
+        }
+        break;
+    }
+    case REDUCER_EV_ERROR:
+        probe_emit(p, PROBE_ERROR, t->iter, 0, 0, 0, 0, e->text);
+        break;
+    }
+}
