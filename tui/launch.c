@@ -3,20 +3,28 @@
  * MASTER_PORT, DDPDBG_RUN_TOKEN and OMP_NUM_THREADS; read each rank's stdout and stderr
  * through pipes and print them line by line as "[rankN]:line" on the same stream; on the first
  * failed rank (or SIGINT/SIGTERM to us) send SIGTERM to the rest, SIGKILL after a grace period,
- * and print one summary line. Never runs a shell. Not the rendezvous and not the live view. */
+ * and print one summary line. Tracing: every rank gets DDPDBG_TRACE_DIR (--trace DIR, default
+ * traces/<time>-<model>/) and its probe writes rank<R>.db there; the watchdog (watchdog.h)
+ * watches the ranks' rings for hangs; at the end the ring of every rank that did not close its
+ * probe (killed, crashed) is drained into its database, so nothing it recorded is lost.
+ * Never runs a shell. Not the rendezvous and not the live view. */
 #include "tui/launch.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h> // O_CLOEXEC
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/random.h> // getrandom: the run token
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kernels/base.h" // CHECK, xcalloc, xrealloc
+#include "probe/probe.h"  // probe_drain
+#include "tui/watchdog.h"
 
 enum {
     MAX_PROC_PER_NODE = 1024,
@@ -29,7 +37,10 @@ enum {
 typedef struct {
     int n_proc_per_node, n_nodes, node_rank, master_port;
     const char *master_addr;
-    const char *trace_dir; // accepted; the probe that writes traces comes in a later issue
+    const char *trace_dir; // NULL: traces/<time>-<model>/
+    int no_trace;
+    double hang_timeout_s;  // the watchdog's threshold
+    int on_hang_kill;       // --on-hang=kill (default with --no-tui) or wait
     char **train_argv;     // the arguments after "--", NULL-terminated (argv's own storage)
     int train_argc;
 } LaunchOptions;
@@ -72,7 +83,11 @@ void launch_print_usage(FILE *f) {
             "  --node-rank K        this node's index in [0, M) (default 0)\n"
             "  --master-addr A      rank 0's host (default 127.0.0.1)\n"
             "  --master-port P      rank 0's store port (default 29500)\n"
-            "  --trace DIR          accepted but unused until the probe exists\n"
+            "  --trace DIR          where the ranks write rank<R>.db (default\n"
+            "                       traces/<time>-<model>/); --no-trace: none\n"
+            "  --hang-timeout S     a rank waiting in a collective this long while no rank\n"
+            "                       works is a hang: summary, HANG record (default 5)\n"
+            "  --on-hang kill|wait  after a hang's summary, stop the ranks (default) or wait\n"
             "  --no-tui             plain prefixed output; today the only mode (the live view\n"
             "                       comes later)\n"
             "example: ddpdbg run --nproc-per-node 2 -- train model=rtdetr-tiny.yaml "
@@ -101,7 +116,7 @@ static int parse_int_option(const char *name, const char *text, long lo, long hi
 // (torchrun spells --nproc_per_node).
 static int parse_options(int argc, char **argv, LaunchOptions *opt) {
     *opt = (LaunchOptions){.n_proc_per_node = 1, .n_nodes = 1, .master_port = 29500,
-                           .master_addr = "127.0.0.1"};
+                           .master_addr = "127.0.0.1", .hang_timeout_s = 5, .on_hang_kill = 1};
     int node_rank_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -126,9 +141,14 @@ static int parse_options(int argc, char **argv, LaunchOptions *opt) {
             name[k] = arg[k] == '_' ? '-' : arg[k];
         name[name_len] = 0;
         if (strcmp(name, "--no-tui") == 0 && !eq) continue;
+        if (strcmp(name, "--no-trace") == 0 && !eq) {
+            opt->no_trace = 1;
+            continue;
+        }
         int takes_value = !strcmp(name, "--nproc-per-node") || !strcmp(name, "--nnodes") ||
                           !strcmp(name, "--node-rank") || !strcmp(name, "--master-addr") ||
-                          !strcmp(name, "--master-port") || !strcmp(name, "--trace");
+                          !strcmp(name, "--master-port") || !strcmp(name, "--trace") ||
+                          !strcmp(name, "--hang-timeout") || !strcmp(name, "--on-hang");
         if (!takes_value) {
             fprintf(stderr, "ddpdbg run: unknown option '%s' (see ddpdbg run --help)\n", arg);
             return 2;
@@ -150,7 +170,23 @@ static int parse_options(int argc, char **argv, LaunchOptions *opt) {
             bad = parse_int_option(name, value, 1, 65535, &opt->master_port);
         else if (!strcmp(name, "--master-addr"))
             opt->master_addr = value;
-        else
+        else if (!strcmp(name, "--hang-timeout")) {
+            char *end;
+            errno = 0;
+            opt->hang_timeout_s = strtod(value, &end);
+            if (errno || end == value || *end || !(opt->hang_timeout_s > 0) ||
+                opt->hang_timeout_s > 86400) {
+                fprintf(stderr, "ddpdbg run: --hang-timeout must be seconds in (0, 86400], got "
+                                "'%s'\n", value);
+                return 2;
+            }
+        } else if (!strcmp(name, "--on-hang")) {
+            if (strcmp(value, "kill") && strcmp(value, "wait")) {
+                fprintf(stderr, "ddpdbg run: --on-hang must be kill or wait, got '%s'\n", value);
+                return 2;
+            }
+            opt->on_hang_kill = !strcmp(value, "kill");
+        } else
             opt->trace_dir = value;
         if (bad) return 2;
     }
@@ -260,6 +296,62 @@ static pid_t spawn_rank(const LaunchOptions *opt, const char *program, const cha
     _exit(127);
 }
 
+// ---- the trace directory ---------------------------------------------------------------------
+
+// mkdir -p; 0 or -1 with errno.
+static int make_dirs(const char *path) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            if (end) return 0;
+            *p = '/';
+        }
+    }
+}
+
+// traces/<YYYYmmdd-HHMMSS>-<model>, the model's file name without ".yaml" (or "run").
+static void default_trace_dir(const LaunchOptions *opt, char *out, size_t len) {
+    const char *model = "run";
+    for (int i = 0; i < opt->train_argc; i++)
+        if (!strncmp(opt->train_argv[i], "model=", 6) && opt->train_argv[i][6])
+            model = opt->train_argv[i] + 6;
+    const char *slash = strrchr(model, '/');
+    if (slash) model = slash + 1;
+    size_t n = strlen(model);
+    if (n > 5 && !strcmp(model + n - 5, ".yaml")) n -= 5;
+    char stamp[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(out, len, "traces/%s-%.*s", stamp, (int)n, model);
+}
+
+// Drains the ring of every local rank that did not close its probe (killed, crashed): what it
+// committed goes into its database. Prints one line per drained rank.
+static void drain_rings(const char *dir, const Rank *ranks, int n) {
+    for (int i = 0; i < n; i++) {
+        char ring[PATH_MAX + 32], db[PATH_MAX + 32], err[512];
+        snprintf(ring, sizeof ring, "%s/rank%d.ring", dir, ranks[i].rank);
+        snprintf(db, sizeof db, "%s/rank%d.db", dir, ranks[i].rank);
+        if (access(ring, F_OK) != 0) continue; // closed cleanly: the probe removed it
+        ProbeDrainReport rep;
+        if (probe_drain(ring, db, &rep, err, sizeof err)) {
+            fprintf(stderr, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
+            continue;
+        }
+        fprintf(stderr,
+                "ddpdbg run: rank %d's ring drained into %s: %llu events recovered%s\n",
+                ranks[i].rank, db, (unsigned long long)rep.inserted,
+                rep.in_flight ? " (one being written when it died was incomplete)" : "");
+        remove(ring);
+    }
+}
+
 static void print_line(int rank, FILE *out, const char *text, size_t len) {
     fprintf(out, "[rank%d]:", rank);
     fwrite(text, 1, len, out);
@@ -356,6 +448,20 @@ int launch_run_command(int argc, char **argv) {
     if (find_rank_program(program, sizeof program)) return 2;
     char token[33];
     make_run_token(token);
+    char trace_dir[PATH_MAX] = "";
+    if (!opt.no_trace) {
+        if (opt.trace_dir) snprintf(trace_dir, sizeof trace_dir, "%s", opt.trace_dir);
+        else default_trace_dir(&opt, trace_dir, sizeof trace_dir);
+        if (make_dirs(trace_dir)) {
+            fprintf(stderr, "ddpdbg run: --trace %s: cannot create it: %s\n", trace_dir,
+                    strerror(errno));
+            return 2;
+        }
+        setenv("DDPDBG_TRACE_DIR", trace_dir, 1); // every rank inherits it
+        fprintf(stderr, "ddpdbg run: tracing to %s\n", trace_dir);
+    } else {
+        unsetenv("DDPDBG_TRACE_DIR");
+    }
 
     // SIGCHLD/SIGINT/SIGTERM stay blocked except inside ppoll, so none is lost between checks.
     sigset_t handled, launcher_mask, wait_mask;
@@ -379,7 +485,7 @@ int launch_run_command(int argc, char **argv) {
 
     int n = opt.n_proc_per_node;
     Rank *ranks = xcalloc((size_t)n, sizeof *ranks);
-    int first_failed = -1, user_signal = 0, spawn_failed = 0;
+    int first_failed = -1, user_signal = 0, spawn_failed = 0, hang = 0;
     long long stop_deadline = -1, drain_deadline = -1; // -1: not started
     for (int i = 0; i < n; i++) {
         ranks[i].rank = opt.node_rank * n + i;
@@ -412,6 +518,15 @@ int launch_run_command(int argc, char **argv) {
         stop_deadline = now_ms();
     }
 
+    Watchdog *dog = NULL;
+    bool *exited = xcalloc((size_t)n, sizeof(bool));
+    if (trace_dir[0]) {
+        int *global = xcalloc((size_t)n, sizeof(int));
+        for (int i = 0; i < n; i++)
+            global[i] = ranks[i].rank;
+        dog = watchdog_new(trace_dir, global, n, opt.hang_timeout_s);
+        free(global);
+    }
     struct pollfd *pfds = xcalloc((size_t)2 * n, sizeof *pfds);
     RankStream **polled = xcalloc((size_t)2 * n, sizeof *polled);
     int *polled_rank = xcalloc((size_t)2 * n, sizeof *polled_rank);
@@ -431,6 +546,8 @@ int launch_run_command(int argc, char **argv) {
         if (n_live == 0 && drain_deadline < 0) drain_deadline = now + DRAIN_MS;
         if (n_live == 0 && (n_polled == 0 || now >= drain_deadline)) break;
         long long wake = n_live == 0 ? drain_deadline : stop_deadline;
+        if (dog && n_live > 0 && !hang && (wake < 0 || wake > now + 200))
+            wake = now + 200; // the watchdog looks 5 times a second
         struct timespec timeout, *timeout_p = NULL;
         if (wake >= 0) {
             long long ms = wake > now ? wake - now : 0;
@@ -464,12 +581,25 @@ int launch_run_command(int argc, char **argv) {
                         ranks[i].reaped = 1;
                         ranks[i].status = status;
                         int failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-                        if (failed && first_failed < 0 && !user_signal && !spawn_failed) {
+                        if (failed && first_failed < 0 && !user_signal && !spawn_failed &&
+                            !(hang && opt.on_hang_kill)) {
                             first_failed = i;
                             signal_live_ranks(ranks, n, SIGTERM);
                             stop_deadline = now_ms() + STOP_GRACE_MS;
                         }
                     }
+        }
+        if (dog && !hang && n_live > 0) {
+            for (int i = 0; i < n; i++)
+                exited[i] = ranks[i].reaped || ranks[i].pid <= 0;
+            if (watchdog_poll(dog, exited, stderr)) {
+                hang = 1;
+                if (opt.on_hang_kill && stop_deadline < 0) {
+                    fprintf(stderr, "ddpdbg run: stopping the ranks (--on-hang kill)\n");
+                    signal_live_ranks(ranks, n, SIGTERM);
+                    stop_deadline = now_ms() + STOP_GRACE_MS;
+                }
+            }
         }
         if (stop_deadline >= 0 && now_ms() >= stop_deadline) {
             signal_live_ranks(ranks, n, SIGKILL);
@@ -487,6 +617,9 @@ int launch_run_command(int argc, char **argv) {
         }
     fflush(stdout);
 
+    watchdog_free(dog);
+    free(exited);
+    if (trace_dir[0]) drain_rings(trace_dir, ranks, n);
     int exit_status = 0;
     if (first_failed >= 0 || user_signal) print_summary(ranks, n, first_failed, user_signal);
     if (first_failed >= 0)
@@ -495,6 +628,10 @@ int launch_run_command(int argc, char **argv) {
         exit_status = 128 + user_signal;
     else if (spawn_failed)
         exit_status = 1;
+    else if (hang && opt.on_hang_kill) {
+        fprintf(stderr, "ddpdbg run: stopped after a hang (exit 124)\n");
+        exit_status = 124;
+    }
     free(polled_rank);
     free(polled);
     free(pfds);

@@ -64,7 +64,7 @@ wait_ranks() {
 field=(train model=rtdetr-l.yaml data="$tmp/field/data.yaml" imgsz=160 batch=1 epochs=1 val=false
     fault=nogt:rank=0,iter=1)
 t0=$SECONDS
-timeout -k 5 240 "$ddpdbg" run --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
+timeout -k 5 240 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${field[@]}" out="$tmp/field-run" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 echo "field report (rtdetr-l): $((SECONDS - t0)) s"
@@ -94,7 +94,7 @@ check "rtdetr-l: index 574 is model.28.dec_bbox_head.5.layers.2.bias" \
 
 # The same run with find_unused_parameters=true trains through the background-only batch.
 t0=$SECONDS
-timeout -k 5 240 "$ddpdbg" run --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
+timeout -k 5 240 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${field[@]}" find_unused_parameters=true out="$tmp/field-unused" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 echo "field report, find_unused_parameters=true (rtdetr-l): $((SECONDS - t0)) s"
@@ -112,7 +112,7 @@ check "find_unused_parameters=true: identical parameters on both ranks" \
 # exactly the listed indices, in descending index order, then the indices line.
 "$train" synth out="$tmp/tiny" n=8 imgsz=96 classes=4 empty=0 seed=7 >/dev/null
 tiny=(train model=rtdetr-tiny.yaml data="$tmp/tiny/data.yaml" imgsz=96 batch=1 epochs=1 val=false)
-TORCH_DISTRIBUTED_DEBUG=INFO timeout -k 5 60 "$ddpdbg" run --nproc-per-node 2 \
+TORCH_DISTRIBUTED_DEBUG=INFO timeout -k 5 60 "$ddpdbg" run --no-trace --nproc-per-node 2 \
     --master-port "$(pick_port)" --no-tui -- "${tiny[@]}" fault=nogt:rank=0,iter=1 \
     out="$tmp/tiny-info" >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -141,7 +141,7 @@ check "INFO: one 'did not get gradient' line per parameter (25)" \
 check "INFO: no TORCH_DISTRIBUTED_DEBUG hint" absent 'In addition, you can set' "$tmp/err"
 
 # ---- b. a clean 2-rank run: rank 0 alone prints the rows and writes the checkpoints ----------
-timeout -k 5 60 "$ddpdbg" run --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
+timeout -k 5 60 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${tiny[@]}" out="$tmp/clean" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "clean run: exit 0 (got $rc)" [ $rc -eq 0 ]
@@ -174,7 +174,7 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 print("listening", flush=True); time.sleep(60)' "$port" >"$tmp/listener" &
     listener=$!
     for _ in $(seq 50); do [ -s "$tmp/listener" ] && break; sleep 0.1; done
-    timeout -k 5 30 "$ddpdbg" run --nproc-per-node 2 --master-port "$port" --no-tui -- \
+    timeout -k 5 30 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$port" --no-tui -- \
         "${tiny[@]}" out="$tmp/busy" rdzv_timeout=10 >"$tmp/out" 2>"$tmp/err"
     rc=$?
     kill "$listener"; wait "$listener" 2>/dev/null
@@ -280,7 +280,7 @@ expect_rank0_error "ddpdbg-train train: rdzv_timeout must be an integer in [1, 8
 TORCH_DISTRIBUTED_DEBUG=LOUD expect_rank0_error \
     "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=LOUD: expected OFF, INFO or DETAIL"
 # Through the launcher: every rank that got there says it, then the one summary line.
-timeout -k 5 30 "$ddpdbg" run --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
+timeout -k 5 30 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${tiny[@]}" out="$tmp/bad" fault=nogt:rank=5,iter=0 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "launcher, fault rank=5: exit 2 (got $rc)" [ $rc -eq 2 ]

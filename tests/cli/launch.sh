@@ -19,9 +19,9 @@ count() { grep -c -- "$1" "$2"; }
 "$ddpdbg" --help >"$tmp/out" 2>&1
 check "ddpdbg --help" [ $? -eq 0 ]
 check "ddpdbg --help names run" grep -q '^  run ' "$tmp/out"
-"$ddpdbg" run --help >"$tmp/out" 2>&1
+"$ddpdbg" run --no-trace --help >"$tmp/out" 2>&1
 check "ddpdbg run --help" [ $? -eq 0 ]
-check "run --help documents --trace" grep -q -- '--trace DIR .*unused' "$tmp/out"
+check "run --help documents --trace" grep -q -- '--trace DIR .*rank<R>.db' "$tmp/out"
 bad_usage() { # expected stderr line, args...
     local want=$1; shift
     "$ddpdbg" "$@" >"$tmp/out" 2>"$tmp/err"
@@ -46,7 +46,7 @@ bad_usage "ddpdbg: unknown command 'fly' (expected run; see ddpdbg --help)" fly
 
 # --- two ranks of ddpdbg-train params: every line, prefixed, on stdout ----------------------
 "$train" params model=rtdetr-tiny.yaml >"$tmp/direct"
-"$ddpdbg" run --nproc-per-node 2 --no-tui -- params model=rtdetr-tiny.yaml >"$tmp/out" 2>"$tmp/err"
+"$ddpdbg" run --no-trace --nproc-per-node 2 --no-tui -- params model=rtdetr-tiny.yaml >"$tmp/out" 2>"$tmp/err"
 check "params on 2 ranks exits 0" [ $? -eq 0 ]
 check "params on 2 ranks: nothing on stderr" [ ! -s "$tmp/err" ]
 lines=$(wc -l <"$tmp/direct")
@@ -57,14 +57,14 @@ check "rank1's lines are ddpdbg-train's, in order" \
     cmp -s <(sed -n 's/^\[rank1\]://p' "$tmp/out") "$tmp/direct"
 
 # --- every rank fails: the launcher exits with the status and names the first ---------------
-"$ddpdbg" run --nproc-per-node 2 --no-tui -- params model=missing.yaml >"$tmp/out" 2>"$tmp/err"
+"$ddpdbg" run --no-trace --nproc-per-node 2 --no-tui -- params model=missing.yaml >"$tmp/out" 2>"$tmp/err"
 check "failing ranks: exit 2" [ $? -eq 2 ]
 check "failing ranks: error prefixed on stderr" grep -q '^\[rank[01]\]:missing.yaml: ' "$tmp/err"
 check "failing ranks: summary line" grep -Eq \
     '^ddpdbg run: rank [01] failed first: exitcode 2 \(pid [0-9]+\); rank [01]: ' "$tmp/err"
 
 # --- torchrun's environment, node 1 of 2 ----------------------------------------------------
-DDPDBG_TRAIN=/usr/bin/env "$ddpdbg" run --nproc-per-node 2 --nnodes 2 --node-rank 1 \
+DDPDBG_TRAIN=/usr/bin/env "$ddpdbg" run --no-trace --nproc-per-node 2 --nnodes 2 --node-rank 1 \
     --master-port 29999 -- -u UNUSED_BY_ANYONE >"$tmp/out" 2>"$tmp/err"
 check "env ranks exit 0" [ $? -eq 0 ]
 for want in RANK=2 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=1 \
@@ -75,7 +75,7 @@ check "[rank3]:RANK=3" grep -qx '\[rank3\]:RANK=3' "$tmp/out"
 check "[rank3]:LOCAL_RANK=1" grep -qx '\[rank3\]:LOCAL_RANK=1' "$tmp/out"
 tokens=$(sed -n 's/^\[rank[23]\]:DDPDBG_RUN_TOKEN=//p' "$tmp/out" | sort -u)
 check "one 32-hex run token shared by the ranks" grep -Eqx '[0-9a-f]{32}' <<<"$tokens"
-OMP_NUM_THREADS=3 DDPDBG_TRAIN=/usr/bin/env "$ddpdbg" run -- -u X >"$tmp/out" 2>&1
+OMP_NUM_THREADS=3 DDPDBG_TRAIN=/usr/bin/env "$ddpdbg" run --no-trace -- -u X >"$tmp/out" 2>&1
 check "a set OMP_NUM_THREADS is kept" grep -qx '\[rank0\]:OMP_NUM_THREADS=3' "$tmp/out"
 check "defaults: WORLD_SIZE=1 MASTER_PORT=29500" \
     grep -qx '\[rank0\]:MASTER_PORT=29500' "$tmp/out"
@@ -88,7 +88,7 @@ exec sleep 30
 SH
 chmod +x "$tmp/fail1.sh"
 t0=$SECONDS
-DDPDBG_TRAIN=$tmp/fail1.sh "$ddpdbg" run --nproc-per-node 2 -- x >"$tmp/out" 2>"$tmp/err"
+DDPDBG_TRAIN=$tmp/fail1.sh "$ddpdbg" run --no-trace --nproc-per-node 2 -- x >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "rank 1 exit 3 -> launcher exits 3 (got $rc)" [ $rc -eq 3 ]
 check "sleeping rank stopped within 3 s" [ $((SECONDS - t0)) -le 3 ]
@@ -112,7 +112,7 @@ exec sleep 30
 SH
 chmod +x "$tmp/stubborn.sh"
 t0=$SECONDS
-DDPDBG_TRAIN=$tmp/stubborn.sh "$ddpdbg" run --nproc-per-node 2 -- x >"$tmp/out" 2>"$tmp/err"
+DDPDBG_TRAIN=$tmp/stubborn.sh "$ddpdbg" run --no-trace --nproc-per-node 2 -- x >"$tmp/out" 2>"$tmp/err"
 rc=$?; dt=$((SECONDS - t0))
 check "stubborn: exit 1 (got $rc)" [ $rc -eq 1 ]
 check "stubborn: killed after the grace period (${dt}s)" [ $dt -ge 4 ] && [ $dt -le 8 ]
@@ -126,7 +126,7 @@ exec sleep 30
 SH
 chmod +x "$tmp/sleep.sh"
 t0=$SECONDS
-DDPDBG_TRAIN=$tmp/sleep.sh "$ddpdbg" run --nproc-per-node 3 -- x >"$tmp/out" 2>"$tmp/err" &
+DDPDBG_TRAIN=$tmp/sleep.sh "$ddpdbg" run --no-trace --nproc-per-node 3 -- x >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 for _ in $(seq 50); do [ "$(wc -l <"$tmp/out")" -ge 3 ] && break; sleep 0.1; done
 kill -INT $pid

@@ -55,7 +55,7 @@ node() {
     local k=$1 token=$2 rdzv=$3 ns
     if [ "$k" = 0 ]; then ns=$ns0; else ns=$ns1; fi
     DDPDBG_RUN_TOKEN=$token timeout -k 5 120 \
-        ip netns exec "$ns" "$ddpdbg" run --nnodes 2 --node-rank "$k" --nproc-per-node 1 \
+        ip netns exec "$ns" "$ddpdbg" run --no-trace --nnodes 2 --node-rank "$k" --nproc-per-node 1 \
         --master-addr "$addr0" --master-port "$port" --no-tui -- "${args[@]}" \
         out="$tmp/out$k" rdzv_timeout="$rdzv" >"$tmp/node$k.out" 2>"$tmp/node$k.err" &
     node_pid[k]=$!

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# trace.sh TRAIN -- the probe under real training: `ddpdbg run --trace DIR` gives one
+# rank<R>.db per rank; a clean 2-rank rtdetr-tiny run records every gradient-ready hook (one
+# per parameter per synced backward), its bucket layouts and balanced collectives, and both
+# databases close cleanly; the field report's mechanism (fault=nogt) leaves rank 0's error
+# text in rank0.db and rank 1's killed probe drained; fault=skip_backward makes the ranks'
+# collectives diverge and the watchdog reports the hang within seconds (summary, HANG records,
+# exit 124). Reads the databases with sqlite3 (skipped without it).
+source "$(dirname "$0")/lib.sh"
+ddpdbg=$(dirname "$train")/ddpdbg
+[ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
+command -v sqlite3 >/dev/null || { echo "skip: no sqlite3 command (apt-get install sqlite3)"; exit 77; }
+unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
+    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+
+check() { # description, condition...
+    local what=$1; shift
+    "$@" || { echo "FAIL: $what"; fail=1; }
+}
+q() { sqlite3 "$1" "$2"; }
+port() { echo $((20000 + RANDOM % 20000)); }
+
+"$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
+args=(train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false)
+n_params=$("$train" params model=rtdetr-tiny.yaml | tail -1 | awk '{print $2}')
+
+# --- a clean run -------------------------------------------------------------------------------
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port "$(port)" --no-tui \
+    --trace "$tmp/t1" -- "${args[@]}" epochs=1 out="$tmp/o1" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "clean run exits 0 (got $rc)" [ $rc -eq 0 ] || cat "$tmp/err"
+for r in 0 1; do
+    db=$tmp/t1/rank$r.db
+    check "rank $r: database" [ -s "$db" ]
+    check "rank $r: no ring left (closed cleanly)" [ ! -e "$tmp/t1/rank$r.ring" ]
+    check "rank $r: closed clean" [ "$(q "$db" "select value from meta where key='closed'")" = clean ]
+    check "rank $r: rank in meta" [ "$(q "$db" "select value from meta where key='rank'")" = $r ]
+    check "rank $r: parameter table" [ "$(q "$db" "select count(*) from params")" = "$n_params" ]
+    iters=$(q "$db" "select count(*) from events where kind=6") # BACKWARD_BEGIN
+    hooks=$(q "$db" "select count(*) from events where kind=8") # GRAD_READY
+    check "rank $r: one hook per parameter per backward ($hooks for $iters x $n_params)" \
+        [ "$hooks" = $((iters * n_params)) ]
+    check "rank $r: every hook's parameter marked ready" \
+        [ "$(q "$db" "select count(*) from events where kind=9")" = "$hooks" ]
+    launched=$(q "$db" "select count(*) from events where kind=11")
+    done_ok=$(q "$db" "select count(*) from events where kind=12 and (flags & 1)")
+    check "rank $r: every collective completed ($done_ok of $launched)" [ "$launched" = "$done_ok" ]
+    check "rank $r: initial layout and one rebuild" \
+        [ "$(q "$db" "select count(distinct generation) from layouts")" = 2 ]
+    check "rank $r: no overrun" [ "$(q "$db" "select value from meta where key='overruns'")" = 0 ]
+done
+# the two ranks ran the same collectives in the same order
+for r in 0 1; do
+    q "$tmp/t1/rank$r.db" "select c, a, d, text from events where kind=11 order by c" >"$tmp/coll$r"
+done
+check "both ranks: the same collective sequence" cmp -s "$tmp/coll0" "$tmp/coll1"
+
+# --- the field report's mechanism ---------------------------------------------------------------
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port "$(port)" --no-tui \
+    --trace "$tmp/t2" -- "${args[@]}" epochs=1 out="$tmp/o2" fault=nogt:rank=0,iter=1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "nogt run fails with rank 0's error (got $rc)" [ $rc -eq 1 ]
+db0=$tmp/t2/rank0.db db1=$tmp/t2/rank1.db
+check "rank 0: the error text is in its trace" \
+    [ "$(q "$db0" "select count(*) from events where kind=16 and text like 'Expected to have finished reduction%'")" = 1 ]
+check "rank 0: its batch at iteration 1 had 0 boxes" \
+    [ "$(q "$db0" "select sum(b) from events where kind=15 and iter=1")" = 0 ]
+check "rank 1: its batch at iteration 1 had boxes" \
+    [ "$(q "$db1" "select sum(b) from events where kind=15 and iter=1")" -gt 0 ]
+check "rank 1: killed, then drained" [ "$(q "$db1" "select value from meta where key='closed'")" = drained ]
+check "rank 1: a bucket launched but never completed at iteration 1" \
+    [ "$(q "$db1" "select count(*) from events l where kind=11 and iter=1 and text='bucket' and not exists (select 1 from events d where d.kind=12 and d.c=l.c)")" -ge 1 ]
+check "rank 0: fewer gradient-ready hooks at iteration 1 than parameters" \
+    [ "$(q "$db0" "select count(*) from events where kind=8 and iter=1")" -lt "$n_params" ]
+
+# --- a hang: the watchdog -----------------------------------------------------------------------
+t0=$SECONDS
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port "$(port)" --no-tui \
+    --trace "$tmp/t3" --hang-timeout 3 -- "${args[@]}" epochs=2 out="$tmp/o3" \
+    fault=skip_backward:rank=1,iter=1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+echo "hang detected and stopped in $((SECONDS - t0)) s"
+check "hang: exit 124 (got $rc)" [ $rc -eq 124 ]
+check "hang: summary line" grep -q '^ddpdbg run: hang: rank [01] has waited [0-9.]* s in collective #' "$tmp/err"
+check "hang: per-rank lines" [ "$(grep -c '^  rank [01]: waiting in a collective' "$tmp/err")" = 2 ]
+check "hang: who waits for whom" grep -q '^  rank 0 waits for rank 1: ' "$tmp/err"
+for r in 0 1; do
+    check "hang: HANG record in rank $r's trace" \
+        [ "$(q "$tmp/t3/rank$r.db" "select count(*) from events where kind=18")" = 1 ]
+done
+check "hang: stopped within 30 s" [ $((SECONDS - t0)) -lt 30 ]
+[ $fail = 0 ] || { echo "--- stderr of the last run:"; cat "$tmp/err"; }
+exit $fail
