@@ -165,6 +165,10 @@ $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
 $(BUILD)/gen/models.o: $(BUILD)/gen/models.c
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The revision recorded in every trace's metadata (trainer/trace.c).
+REVISION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/trainer/trace.o: CPPFLAGS += -DDDPDBG_REVISION='"$(REVISION)"'
+
 # The trace schema, compiled into the probe from traces/schema.sql (its one definition).
 $(BUILD)/gen/schema.c: traces/schema.sql probe/embed_schema.sh
 	@mkdir -p $(@D)

@@ -5,7 +5,9 @@
 # databases close cleanly; the field report's mechanism (fault=nogt) leaves rank 0's error
 # text in rank0.db and rank 1's killed probe drained; fault=skip_backward makes the ranks'
 # collectives diverge and the watchdog reports the hang within seconds (summary, HANG records,
-# exit 124). Reads the databases with sqlite3 (skipped without it).
+# exit 124); a rank SIGKILLed in the middle of backward loses none of the hooks it recorded
+# (the launcher drains its ring); an unwritable trace directory is one line (launcher) or one
+# warning and an untraced run (trainer). Reads the databases with sqlite3 (skipped without it).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
@@ -68,10 +70,44 @@ check "rank 0: its batch at iteration 1 had 0 boxes" \
 check "rank 1: its batch at iteration 1 had boxes" \
     [ "$(q "$db1" "select sum(b) from events where kind=15 and iter=1")" -gt 0 ]
 check "rank 1: killed, then drained" [ "$(q "$db1" "select value from meta where key='closed'")" = drained ]
-check "rank 1: a bucket launched but never completed at iteration 1" \
-    [ "$(q "$db1" "select count(*) from events l where kind=11 and iter=1 and text='bucket' and not exists (select 1 from events d where d.kind=12 and d.c=l.c)")" -ge 1 ]
+# rank 0 launched no bucket at iteration 1, so none can complete on rank 1 (whether rank 1 got
+# to launching them before the launcher stopped it depends on timing)
+check "rank 1: no bucket allreduce completed at iteration 1" \
+    [ "$(q "$db1" "select count(*) from events where kind=12 and iter=1 and text='bucket' and (flags & 1)")" = 0 ]
+check "rank 0: no bucket launched at iteration 1" \
+    [ "$(q "$db0" "select count(*) from events where kind=11 and iter=1 and text='bucket'")" = 0 ]
 check "rank 0: fewer gradient-ready hooks at iteration 1 than parameters" \
     [ "$(q "$db0" "select count(*) from events where kind=8 and iter=1")" -lt "$n_params" ]
+
+check "rank 0: the build's revision in its metadata" \
+    [ -n "$(q "$db0" "select value from meta where key='revision' and value != 'unknown'")" ]
+
+# --- kill -9 in the middle of backward: the launcher drains what the rank committed ------------
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port "$(port)" --no-tui \
+    --trace "$tmp/t4" -- "${args[@]}" epochs=1 out="$tmp/o4" \
+    fault=kill:rank=1,iter=1,phase=backward >"$tmp/out" 2>"$tmp/err"
+rc=$?
+db1=$tmp/t4/rank1.db
+check "kill: exit 137 (got $rc)" [ $rc -eq 137 ]
+check "kill: the launcher drained rank 1" grep -q "^ddpdbg run: rank 1's ring drained into" "$tmp/err"
+check "kill: rank 1's trace says drained" [ "$(q "$db1" "select value from meta where key='closed'")" = drained ]
+check "kill: nothing lost" [ "$(q "$db1" "select value from meta where key='drain_lost'")" = 0 ]
+half=$(q "$db1" "select count(*) from events where kind=8 and iter=1")
+check "kill: rank 1 died half-way through backward ($half of $n_params hooks)" \
+    [ "$half" -gt 0 ] && [ "$half" -lt "$n_params" ]
+check "kill: the hooks before the kill are all there" [ "$half" = $((n_params / 2)) ]
+
+# --- an unwritable trace directory: the launcher says so; the trainer trains untraced -----------
+touch "$tmp/file"
+"$ddpdbg" run --no-tui --trace "$tmp/file/sub" -- "${args[@]}" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "unwritable --trace: exit 2 (got $rc)" [ $rc -eq 2 ]
+check "unwritable --trace: one line naming it" \
+    [ "$(cat "$tmp/err")" = "ddpdbg run: --trace $tmp/file/sub: cannot create it: Not a directory" ]
+"$train" "${args[@]}" epochs=1 out="$tmp/o5" trace="$tmp/file/sub" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "unwritable trace=: training goes on (exit $rc)" [ $rc -eq 0 ]
+check "unwritable trace=: one warning" [ "$(grep -ci 'probe' "$tmp/err")" = 1 ]
 
 # --- a hang: the watchdog -----------------------------------------------------------------------
 t0=$SECONDS
