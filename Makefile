@@ -92,12 +92,16 @@ debug:
 bench: $(TRAIN) $(BENCHES)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
 
-# The main job on its embedded default: a synthetic dataset the trainer writes, then a short
-# single-process rtdetr-tiny training run with validation (the DDP demo replaces it later).
+# The main job on its embedded default, the field report by itself: a synthetic dataset with
+# background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose
+# batch holds no box fails DDP's reduction as in the field report (live in the TUI on a
+# terminal); the trace stays in $(DEMO)/trace for `bin/ddpdbg report` and `bin/ddpdbg tui`.
 DEMO ?= build/demo
-demo: $(TRAIN)
-	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=300 imgsz=128 classes=3 empty=0.1 seed=0
-	$(TRAIN) train model=rtdetr-tiny.yaml data=$(DEMO)/synth/data.yaml imgsz=128 batch=8 epochs=3 out=$(DEMO)/run
+demo: $(TRAIN) $(VIEWER)
+	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=64 imgsz=96 classes=3 empty=0.25 seed=0
+	-$(BIN)/ddpdbg run --nproc-per-node 2 --trace $(DEMO)/trace -- train model=rtdetr-tiny.yaml \
+	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false out=$(DEMO)/run
+	@echo "demo: the trace is in $(DEMO)/trace; see it again with: bin/ddpdbg report $(DEMO)/trace"
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
@@ -150,7 +154,7 @@ clean:
 
 help:
 	@echo 'make            build bin/ddpdbg-train and the tests (build/cpu)'
-	@echo 'make demo       write the synthetic dataset, train rtdetr-tiny on it for 3 epochs'
+	@echo 'make demo       the field report by itself: 2 DDP ranks, a batch without boxes, traced'
 	@echo 'make test [T=x] run every test (or tests/test_x) ; last line "N passed, N failed"'
 	@echo 'make debug      the tests under ASan+UBSan (build/debug)'
 	@echo 'make bench      benchmarks (timings are printed, never asserted)'
