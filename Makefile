@@ -10,7 +10,7 @@ CPPFLAGS += -I. -I/usr/include/x86_64-linux-gnu -MMD -MP
 LDFLAGS  += -fopenmp $(SAN)
 LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lsqlite3 -lm -lpthread -ldl
 
-# --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1 -----
+# --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1, CUPTI=0|1
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 CUDA_FOUND = $(if $(NVCC),1,0)
@@ -37,16 +37,42 @@ ifeq ($(NCCL),1)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcudart \
               -Wl,--no-as-needed
 endif
-# Switching NCCL in or out dates the objects it compiles differently back to 1970, so they are
-# rebuilt (removing them would not do: .SECONDARY). The setting is kept in $(BUILD)/nccl.setting.
+# CUPTI, the GPU activity in the probe's trace (probe/cupti.c): in when NCCL is (its CUDA runtime
+# and the collectives the activity is tied to) and these exist; without it probe/cupti.c
+# compiles to stubs whose start says so.
+CUPTI_FILES := $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/lib64/libcupti.so
+CUPTI_MISSING := $(filter-out $(wildcard $(CUPTI_FILES)),$(CUPTI_FILES))
+CUPTI    ?= $(if $(CUPTI_MISSING)$(filter 0,$(NCCL)),0,1)
+ifeq ($(filter 0 1,$(CUPTI)),)
+  $(error CUPTI=$(CUPTI): expected 0 or 1)
+endif
+ifeq ($(CUPTI)$(if $(CUPTI_MISSING),x),1x)
+  $(error CUPTI=1 but $(CUDA_HOME) lacks $(CUPTI_MISSING))
+endif
+ifeq ($(CUPTI)$(NCCL),10)
+  $(error CUPTI=1 needs NCCL=1 (the CUDA runtime and the collectives it records))
+endif
+ifeq ($(CUPTI),1)
+  $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o: \
+    CPPFLAGS += -DDDPDBG_HAVE_CUPTI -I$(CUDA_HOME)/include
+  LDLIBS   += -Wl,--as-needed -lcupti -Wl,--no-as-needed
+endif
+# Switching NCCL or CUPTI in or out dates the objects it compiles differently back to 1970, so
+# they are rebuilt (removing them would not do: .SECONDARY). The settings are kept in
+# $(BUILD)/nccl.setting and $(BUILD)/cupti.setting.
 $(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
   touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o; \
   mkdir -p $(BUILD) && echo $(NCCL) > $$s; })
+$(shell s=$(BUILD)/cupti.setting; [ "$$(cat $$s 2>/dev/null)" = $(CUPTI) ] || { \
+  touch -c -d @0 $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o; \
+  mkdir -p $(BUILD) && echo $(CUPTI) > $$s; })
 CONFIG_NVCC := $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build)
 CONFIG_NCCL := $(if $(filter 1,$(NCCL)),in ($(CUDA_HOME)),out \
                ($(if $(NCCL_MISSING),no $(firstword $(NCCL_MISSING)),NCCL=0)))
+CONFIG_CUPTI := $(if $(filter 1,$(CUPTI)),in,out ($(if $(CUPTI_MISSING),no \
+                $(firstword $(CUPTI_MISSING)),$(if $(filter 0,$(NCCL)),no NCCL,CUPTI=0))))
 ifeq ($(MAKELEVEL),0)
-  $(info config: nvcc $(CONFIG_NVCC); NCCL $(CONFIG_NCCL) -> $(BUILD))
+  $(info config: nvcc $(CONFIG_NVCC); NCCL $(CONFIG_NCCL); CUPTI $(CONFIG_CUPTI) -> $(BUILD))
 endif
 
 # --- sources: one list per top-level folder ----------------------------------------------------
@@ -77,9 +103,12 @@ $(TRAIN): $(call obj,trainer/main.c) $(LIB)
 # bin/ddpdbg: the launcher and viewer; from the library it takes only the probe (traces).
 $(BIN)/ddpdbg: $(call obj,$(TUI)) $(LIB)
 	@mkdir -p $(@D)
-	$(call Q,LINK)$(CC) $(LDFLAGS) $^ -lsqlite3 -lm -lpthread -o $@
+	$(call Q,LINK)$(CC) $(LDFLAGS) $^ -lncurses -lsqlite3 -lm -lpthread -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The tests and benchmark of the viewer's model, diagnosis and report also link those (no ncurses).
+TUI_CORE := $(call obj,tui/model.c tui/diagnose.c tui/paramgroup.c tui/report.c tui/export.c)
+$(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 test: all
@@ -145,6 +174,96 @@ examples: $(TRAIN) $(BIN)/ddpdbg
 	@$(call EXAMPLE_RUN,field_report,29612,,epochs=1 fault=nogt:rank=0$(,)iter=1)
 	@$(call EXAMPLE_RUN,find_unused,29613,,epochs=1 fault=nogt:rank=0$(,)iter=1 find_unused_parameters=true)
 	@$(call EXAMPLE_RUN,hang_skip_backward,29614,--hang-timeout 3,epochs=2 fault=skip_backward:rank=1$(,)iter=1)
+
+# --- fuzzing: `make fuzz` -----------------------------------------------------------------------
+# libFuzzer targets (tests/fuzz_<name>.c) under ASan+UBSan, built by Debian's clang into
+# $(FUZZ). Each links only the sources it tests, compiled by clang into $(FUZZ)/obj: the
+# library's objects are gcc's with OpenMP, and none of these need Gloo. Each runs FUZZ_SECONDS
+# from its seeds (the repo's own files, real rings and a small trace made by fuzz_seeds, and any
+# reproducer kept in tests/fixtures/fuzz/<name>/) plus what earlier runs found
+# ($(FUZZ)/corpus/<name>). A crash, leak, undefined behaviour, timeout or broken contract fails
+# the target; its input stays in $(FUZZ)/crash/<name>/ (rerun: $(FUZZ)/fuzz_<name> FILE).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 20
+FUZZ         := build/fuzz
+FUZZ_NAMES   := yaml labels fault trace ring
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra \
+                -Wno-unused-parameter -I. -MMD -MP $(FUZZ_SAN)
+fuzz_probe     := probe/probe.c probe/ring.c probe/tracedb.c $(FUZZ)/gen/schema.c
+fuzz_src_yaml   := trainer/nn/yaml_model.c $(FUZZ)/gen/models.c
+fuzz_src_labels := trainer/data/labels.c
+fuzz_src_fault  := trainer/fault.c
+fuzz_src_trace  := $(fuzz_probe)
+fuzz_src_ring   := $(fuzz_probe)
+fuzz_libs_yaml  := -lyaml -lm
+fuzz_libs_trace := -lsqlite3 -lpthread
+fuzz_libs_ring  := -lsqlite3 -lpthread
+fuzz_max_len_yaml   := 16384
+fuzz_max_len_labels := 4096
+fuzz_max_len_fault  := 512
+fuzz_max_len_trace  := 32768
+fuzz_max_len_ring   := 16384
+# A few specs of every kind, the fault target's seeds.
+FUZZ_FAULT_SEEDS := nogt:rank=0,iter=1 unused:param=model.28.dec_score_head.*,rank=1 \
+  skip_backward:rank=1,iter=1 uneven:rank=1,batches=2 no_sync:rank=0,iter=3 \
+  bucket_cap:rank=1,mb=0.5 kill:rank=1,iter=1,phase=backward kill:rank=0,iter=0,phase=allreduce \
+  slow:rank=0,ms=200 shape:rank=1 kill:rank=1,iter=2 nogt:rank=x,iter=1
+fuzz_obj = $(patsubst %.c,$(FUZZ)/obj/%.o,$(patsubst $(FUZZ)/%,%,$(1)))
+FUZZ_BINS := $(patsubst %,$(FUZZ)/fuzz_%,$(FUZZ_NAMES))
+
+define FUZZ_TARGET
+$(FUZZ)/fuzz_$(1): $(FUZZ)/obj/tests/fuzz_$(1).o $(call fuzz_obj,$(fuzz_src_$(1)))
+	$$(call Q,LINK)$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $$^ $(fuzz_libs_$(1)) -o $$@
+endef
+$(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_TARGET,$(t))))
+$(FUZZ)/fuzz_seeds: $(call fuzz_obj,tests/fuzz_seeds.c $(fuzz_probe))
+	$(call Q,LINK)$(FUZZ_CC) $(FUZZ_SAN) $^ -lsqlite3 -lpthread -o $@
+$(FUZZ)/obj/tests/fuzz_seeds.o: tests/fuzz_seeds.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ)/obj/gen/%.o: $(FUZZ)/gen/%.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ)/gen/models.c: $(MODELS) trainer/models/embed.sh
+	@mkdir -p $(@D)
+	$(call Q,GEN)sh trainer/models/embed.sh $@ $(MODELS)
+$(FUZZ)/gen/schema.c: traces/schema.sql probe/embed_schema.sh
+	@mkdir -p $(@D)
+	$(call Q,GEN)sh probe/embed_schema.sh $@ traces/schema.sql
+-include $(shell find $(FUZZ)/obj -name '*.d' 2>/dev/null)
+
+.PHONY: fuzz
+fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
+	@rm -rf $(FUZZ)/seed && for t in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ)/seed/$$t $(FUZZ)/corpus/$$t $(FUZZ)/crash/$$t; \
+	  [ -d tests/fixtures/fuzz/$$t ] && cp tests/fixtures/fuzz/$$t/* $(FUZZ)/seed/$$t/; done; \
+	cp trainer/models/*.yaml tests/fixtures/bad_yaml/*.yaml $(FUZZ)/seed/yaml/ && \
+	for f in $$(find tests/fixtures -name '*.txt'); do cp $$f $(FUZZ)/seed/labels/$$(echo $$f | tr / _); done && \
+	i=0; set -f; for s in $(FUZZ_FAULT_SEEDS); do i=$$((i+1)); printf '%s' "$$s" >$(FUZZ)/seed/fault/$$i; done; set +f; \
+	$(FUZZ)/fuzz_seeds $(FUZZ)/seed/ring $(FUZZ)/seed/trace || exit 1; \
+	base=/dev/shm; [ -d $$base ] && [ -w $$base ] || base=$${TMPDIR:-/tmp}; \
+	failed=; run() { t=$$1; scratch=$$(mktemp -d -p $$base ddpdbg-fuzz-run.XXXXXX) || exit 1; \
+	  TMPDIR=$$scratch ASAN_OPTIONS=detect_leaks=1 $(FUZZ)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=$$2 -print_final_stats=1 -artifact_prefix=$(FUZZ)/crash/$$t/ \
+	    $(FUZZ)/corpus/$$t $(FUZZ)/seed/$$t >$(FUZZ)/$$t.log 2>&1; \
+	  rc=$$?; rm -rf $$scratch; runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ)/$$t.log); \
+	  cov=$$(grep -o 'cov: [0-9]*' $(FUZZ)/$$t.log | tail -1); \
+	  if [ $$rc -eq 0 ]; then echo "  FUZZ  $$t: $${runs:-?} inputs in $(FUZZ_SECONDS) s, $$cov, no failure"; \
+	  else echo "  FUZZ  $$t: FAILED (exit $$rc; log $(FUZZ)/$$t.log, input in $(FUZZ)/crash/$$t/)"; \
+	    grep -m1 -A30 '^==[0-9]*==\|FUZZ_CHECK\|runtime error\|ALARM' $(FUZZ)/$$t.log | head -40 | sed 's/^/    /'; \
+	    failed="$$failed $$t"; fi; }; \
+	$(foreach t,$(FUZZ_NAMES),run $(t) $(fuzz_max_len_$(t));) \
+	[ -z "$$failed" ] || { echo "fuzz: failed:$$failed" >&2; exit 1; }
+
+# The soak (not part of make test: about 10 minutes on 2 cores): 4 traced ranks of rtdetr-tiny
+# for 2000 iterations; fails on any lost event or more than 5 % memory growth (tests/soak.sh).
+.PHONY: soak
+soak: $(TRAIN) $(BIN)/ddpdbg
+	@bash tests/soak.sh $(TRAIN)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

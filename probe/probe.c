@@ -52,6 +52,10 @@ static const char *const kind_names[PROBE_KIND_END] = {
     [PROBE_HEARTBEAT] = "HEARTBEAT",
     [PROBE_HANG] = "HANG",
     [PROBE_TEXT] = "TEXT",
+    [PROBE_GPU_KERNEL] = "GPU_KERNEL",
+    [PROBE_GPU_MEMCPY] = "GPU_MEMCPY",
+    [PROBE_GPU_MEMSET] = "GPU_MEMSET",
+    [PROBE_GPU_CORRELATION] = "GPU_CORRELATION",
 };
 
 const char *probe_kind_name(int kind) {

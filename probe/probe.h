@@ -44,7 +44,14 @@ typedef enum ProbeKind {
     PROBE_HEARTBEAT = 17, // a ProbePhase, c records claimed so far, d phase entered (ns)
     PROBE_HANG = 18,      // text: the launcher's watchdog summary
     PROBE_TEXT = 19,      // continuation of the record before it (never a row of its own)
-    PROBE_KIND_END        // one past the last kind
+    // GPU activity from CUPTI (probe/cupti.h). iter: CUPTI's correlation id, not an iteration;
+    // c, d: start and end on this clock (0: CUPTI had none).
+    PROBE_GPU_KERNEL = 20,      // a device, b stream, text the kernel's name
+    PROBE_GPU_MEMCPY = 21,      // a CUPTI copy kind (1 HtoD, 2 DtoH, 8 DtoD, ...), b stream,
+                                // text bytes (decimal)
+    PROBE_GPU_MEMSET = 22,      // a device, b stream, text bytes (decimal)
+    PROBE_GPU_CORRELATION = 23, // a correlation id, c the collective's sequence number
+    PROBE_KIND_END              // one past the last kind
 } ProbeKind;
 
 // COLL_LAUNCH / COLL_DONE column a (table ops).

@@ -25,7 +25,8 @@ INSERT INTO kinds(kind, name) VALUES
     (4, 'FORWARD_BEGIN'), (5, 'FORWARD_END'), (6, 'BACKWARD_BEGIN'), (7, 'BACKWARD_END'),
     (8, 'GRAD_READY'), (9, 'MARK_READY'), (10, 'BUCKET_READY'),
     (11, 'COLL_LAUNCH'), (12, 'COLL_DONE'), (13, 'FINALIZE'), (14, 'OPTIM_STEP'),
-    (15, 'BATCH'), (16, 'ERROR'), (17, 'HEARTBEAT'), (18, 'HANG'), (19, 'TEXT');
+    (15, 'BATCH'), (16, 'ERROR'), (17, 'HEARTBEAT'), (18, 'HANG'), (19, 'TEXT'),
+    (20, 'GPU_KERNEL'), (21, 'GPU_MEMCPY'), (22, 'GPU_MEMSET'), (23, 'GPU_CORRELATION');
 
 -- Collective op codes (COLL_LAUNCH and COLL_DONE, column a): enum ProbeOp.
 CREATE TABLE ops(

@@ -7,6 +7,7 @@
 #ifndef TRAINER_TRACE_H
 #define TRAINER_TRACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "probe/probe.h"
@@ -22,9 +23,11 @@ typedef struct TrainTrace {
     const Registry *reg; // from trace_params: parameter sizes for layout offsets
 } TrainTrace;
 
-// Opens the probe in dir (NULL or "": off) for rank. argv: the train arguments, recorded as
-// metadata with the world size, pid, host and the build's revision.
-void trace_open(TrainTrace *t, const char *dir, int rank, int world, int argc, char **argv);
+// Opens the probe in dir (NULL or "": off) for rank. gpu: also record CUPTI's GPU activity
+// (the NCCL backend). argv: the train arguments, recorded as metadata with the world size,
+// pid, host and the build's revision.
+void trace_open(TrainTrace *t, const char *dir, int rank, int world, bool gpu, int argc,
+                char **argv);
 void trace_close(TrainTrace *t);
 
 // The parameter table (index, name, shape, numel), once after the model exists and before

@@ -257,9 +257,9 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
                      r->world);
             return -1;
         }
-    trace_open(&r->trace, c->trace_dir, r->rank, r->world, c->argc, c->argv);
-    if (r->world == 1) return 0;
     bool nccl = !strcmp(c->backend, "nccl");
+    trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
+    if (r->world == 1) return 0;
     int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
     if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, timeout_s * 1000, err,
                   errlen))

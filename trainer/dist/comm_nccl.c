@@ -14,7 +14,10 @@
  * The oldest unfinished collective past timeout_ms, or an error NCCL reports asynchronously
  * (ncclCommGetAsyncError: a peer gone), aborts the communicator (ncclCommAbort) and breaks the
  * group; every unfinished and later collective then fails with that one line. Not NCCL in
- * general: float sum, float broadcast, byte allgather, barrier; one device per rank. */
+ * general: float sum, float broadcast, byte allgather, barrier; one device per rank.
+ * Each launch (its copies in, the NCCL call, the copy back) runs between
+ * probe_cupti_correlate_push(seq) and pop, so that a trace recording GPU activity ties its
+ * kernels and copies to the collective's COLL_LAUNCH (probe/cupti.h; seq 0: joining's barrier). */
 #include "trainer/dist/comm.h"
 
 #include "kernels/base.h"
@@ -33,6 +36,8 @@ static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int gr
 const PgOps pg_nccl_ops = {.name = "nccl", .open = nccl_open};
 
 #else
+
+#include "probe/cupti.h" // probe_cupti_correlate_*: no-ops unless GPU activity is recorded
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -363,6 +368,7 @@ static void *nccl_allreduce_sum(void *group, float *data, int64_t n, uint64_t se
     size_t bytes = (size_t)n * sizeof(float);
     group_lock(g);
     NcclWork *w = work_new(g, OP_ALLREDUCE, seq, n, n);
+    probe_cupti_correlate_push(seq);
     if (atomic_load(&w->status) == WORK_RUNNING) {
         if (n == 0) {
             copy_back(g, w, NULL, 0); // only the event: it completes in launch order
@@ -373,6 +379,7 @@ static void *nccl_allreduce_sum(void *group, float *data, int64_t n, uint64_t se
             copy_back(g, w, data, bytes);
         }
     }
+    probe_cupti_correlate_pop();
     group_unlock(g);
     return w;
 }
@@ -383,6 +390,7 @@ static int nccl_broadcast(void *group, float *data, int64_t n, int root, uint64_
     size_t bytes = (size_t)n * sizeof(float);
     group_lock(g);
     NcclWork *w = work_new(g, OP_BROADCAST, seq, n, n);
+    probe_cupti_correlate_push(seq);
     if (atomic_load(&w->status) == WORK_RUNNING) {
         if (n == 0) {
             copy_back(g, w, NULL, 0);
@@ -394,6 +402,7 @@ static int nccl_broadcast(void *group, float *data, int64_t n, int root, uint64_
             copy_back(g, w, data, bytes);
         }
     }
+    probe_cupti_correlate_pop();
     group_unlock(g);
     return wait_and_free(w, err, errlen);
 }
@@ -404,6 +413,7 @@ static int nccl_allgather(void *group, const void *in, size_t bytes, void *out, 
     size_t total = bytes * (size_t)g->world, mine = bytes * (size_t)g->rank;
     group_lock(g);
     NcclWork *w = work_new(g, OP_ALLGATHER, seq, (int64_t)bytes, (int64_t)total);
+    probe_cupti_correlate_push(seq);
     if (atomic_load(&w->status) == WORK_RUNNING) {
         // In place: this rank's slot of the device buffer is the send buffer.
         if (bytes == 0) {
@@ -415,6 +425,7 @@ static int nccl_allgather(void *group, const void *in, size_t bytes, void *out, 
             copy_back(g, w, out, total);
         }
     }
+    probe_cupti_correlate_pop();
     group_unlock(g);
     return wait_and_free(w, err, errlen);
 }
@@ -423,11 +434,13 @@ static int nccl_barrier(void *group, uint64_t seq, char *err, size_t errlen) {
     NcclGroup *g = group;
     group_lock(g);
     NcclWork *w = work_new(g, OP_ALLREDUCE, seq, 1, 1);
+    probe_cupti_correlate_push(seq);
     if (atomic_load(&w->status) == WORK_RUNNING && stage(g, w, sizeof(float), 0) &&
         cuda_ok(g, w, "cudaMemsetAsync", cudaMemsetAsync(g->dev, 0, sizeof(float), g->stream)) &&
         nccl_ok(g, w, "ncclAllReduce",
                 ncclAllReduce(g->dev, g->dev, 1, ncclFloat, ncclSum, g->comm, g->stream)))
         copy_back(g, w, NULL, 0);
+    probe_cupti_correlate_pop();
     group_unlock(g);
     return wait_and_free(w, err, errlen);
 }
