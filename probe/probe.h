@@ -223,5 +223,9 @@ int probe_drain(const char *ring_path, const char *db_path, ProbeDrainReport *re
 // read-only) with user_version between 1 and PROBE_SCHEMA_VERSION, the schema's tables, and
 // a clean quick_check. Returns 0, or -1 with one line in err naming the path and the problem.
 int probe_db_check(const char *path, char *err, size_t errlen);
+// Sets meta(key) = value in an existing trace whose rank has exited (the launcher: how each
+// rank ended, key "exit"). Returns 0, or -1 with one line in err.
+int probe_db_set_meta(const char *path, const char *key, const char *value, char *err,
+                      size_t errlen);
 
 #endif

@@ -372,3 +372,13 @@ done:
     if (err && errlen) snprintf(err, errlen, "%s", msg);
     return -1;
 }
+
+int probe_db_set_meta(const char *path, const char *key, const char *value, char *err,
+                      size_t errlen) {
+    TraceDb *db = tracedb_open(path, err, errlen);
+    if (!db) return -1;
+    int rc = tracedb_set_meta(db, key, value);
+    if (rc) snprintf(err, errlen, "%s", tracedb_error(db));
+    tracedb_close(db, true);
+    return rc;
+}

@@ -212,8 +212,7 @@ static int parse_options(int argc, char **argv, LaunchOptions *opt) {
     return 0;
 }
 
-// The rank program: $DDPDBG_TRAIN, else ddpdbg-train in this executable's folder.
-static int find_rank_program(char *path, size_t size) {
+int launch_rank_program(char *path, size_t size) {
     const char *override = getenv("DDPDBG_TRAIN");
     if (override && *override) {
         if (snprintf(path, size, "%s", override) >= (int)size) return -1;
@@ -412,17 +411,38 @@ static int exit_status_of(int status) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void print_fate(FILE *f, const Rank *r) {
+// How a rank ended: "exitcode 1", "signal 15 (SIGTERM, sent by ddpdbg)", "not started".
+static void format_fate(const Rank *r, char *out, size_t len) {
     if (!r->reaped)
-        fprintf(f, "not started");
+        snprintf(out, len, "not started");
     else if (WIFEXITED(r->status))
-        fprintf(f, "exitcode %d", WEXITSTATUS(r->status));
+        snprintf(out, len, "exitcode %d", WEXITSTATUS(r->status));
     else {
         const char *abbrev = sigabbrev_np(WTERMSIG(r->status));
-        fprintf(f, "signal %d (SIG%s%s)", WTERMSIG(r->status), abbrev ? abbrev : "?",
-                r->signalled_by_us ? ", sent by ddpdbg" : "");
+        snprintf(out, len, "signal %d (SIG%s%s)", WTERMSIG(r->status), abbrev ? abbrev : "?",
+                 r->signalled_by_us ? ", sent by ddpdbg" : "");
     }
+}
+
+static void print_fate(FILE *f, const Rank *r) {
+    char fate[96];
+    format_fate(r, fate, sizeof fate);
+    fputs(fate, f);
     if (r->pid > 0) fprintf(f, " (pid %d)", (int)r->pid);
+}
+
+// Writes into every local rank's trace how it ended (meta exit) and, on the rank that failed
+// first, meta failed_first = 1: the post-mortem views read it.
+static void record_fates(const char *dir, const Rank *ranks, int n, int first_failed) {
+    for (int i = 0; i < n; i++) {
+        char db[PATH_MAX + 32], fate[96], err[512];
+        snprintf(db, sizeof db, "%s/rank%d.db", dir, ranks[i].rank);
+        if (access(db, F_OK) != 0) continue;
+        format_fate(&ranks[i], fate, sizeof fate);
+        if (probe_db_set_meta(db, "exit", fate, err, sizeof err) ||
+            (i == first_failed && probe_db_set_meta(db, "failed_first", "1", err, sizeof err)))
+            fprintf(stderr, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
+    }
 }
 
 // The one summary line, like torchrun's ChildFailedError: the first failure, then the rest.
@@ -445,7 +465,7 @@ int launch_run_command(int argc, char **argv) {
     int parsed = parse_options(argc, argv, &opt);
     if (parsed) return parsed == 1 ? 0 : 2;
     char program[PATH_MAX];
-    if (find_rank_program(program, sizeof program)) return 2;
+    if (launch_rank_program(program, sizeof program)) return 2;
     char token[33];
     make_run_token(token);
     char trace_dir[PATH_MAX] = "";
@@ -619,7 +639,10 @@ int launch_run_command(int argc, char **argv) {
 
     watchdog_free(dog);
     free(exited);
-    if (trace_dir[0]) drain_rings(trace_dir, ranks, n);
+    if (trace_dir[0]) {
+        drain_rings(trace_dir, ranks, n);
+        record_fates(trace_dir, ranks, n, first_failed);
+    }
     int exit_status = 0;
     if (first_failed >= 0 || user_signal) print_summary(ranks, n, first_failed, user_signal);
     if (first_failed >= 0)

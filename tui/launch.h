@@ -15,4 +15,8 @@ void launch_print_usage(FILE *f);
 // the launcher got SIGINT/SIGTERM; 2 for bad usage (one line on stderr).
 int launch_run_command(int argc, char **argv);
 
+// The rank program into path: $DDPDBG_TRAIN, else ddpdbg-train in this executable's folder.
+// 0, or -1 after one line on stderr when it is not an executable.
+int launch_rank_program(char *path, size_t size);
+
 #endif
