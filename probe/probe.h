@@ -221,7 +221,9 @@ int probe_drain(const char *ring_path, const char *db_path, ProbeDrainReport *re
                 size_t errlen);
 // Checks that path is a readable trace this build understands: a SQLite database (opened
 // read-only) with user_version between 1 and PROBE_SCHEMA_VERSION, the schema's tables, and
-// a clean quick_check. Returns 0, or -1 with one line in err naming the path and the problem.
+// a file as long as its pages say, and (up to 64 MB; a bigger trace's damaged page is reported
+// when a reader reaches it) a clean quick_check. Returns 0, or -1 with one line in err naming
+// the path and the problem.
 int probe_db_check(const char *path, char *err, size_t errlen);
 // Sets meta(key) = value in an existing trace whose rank has exited (the launcher: how each
 // rank ended, key "exit"). Returns 0, or -1 with one line in err.

@@ -43,6 +43,18 @@ typedef struct ModelLayout {
     int64_t *numel;     // per bucket
 } ModelLayout;
 
+// One GPU activity record from CUPTI (GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET; added by model.c).
+typedef struct ModelGpu {
+    int kind;                     // PROBE_GPU_KERNEL, PROBE_GPU_MEMCPY or PROBE_GPU_MEMSET
+    int device;                   // kernel, memset: the device; memcpy: CUPTI's copy kind
+    int stream;
+    int64_t t_start_ns, t_end_ns; // on the trace's clock; 0: CUPTI had none
+    int64_t correlation;          // CUPTI's correlation id
+    int name;                     // kernel: index into ModelRank.gpu_names; else -1
+    int64_t bytes;                // memcpy, memset: bytes; kernel: 0
+    int64_t coll_seq;             // the collective it ran for (GPU_CORRELATION seen before it), 0
+} ModelGpu;
+
 // What one rank did in one iteration. Bitmaps have one bit per parameter (n_params bits,
 // bit i of byte i / 8); words are allocated by the model.
 typedef struct ModelIter {
@@ -59,6 +71,14 @@ typedef struct ModelIter {
     int *bucket_ready;       // parameters of the bucket marked ready
     int64_t *bucket_launch_ns, *bucket_done_ns;
     int64_t *bucket_seq;     // its collective's seq, 0 if not launched
+    // Added by model.c. layout is -1 and the bucket arrays NULL while no layout is recorded.
+    int64_t t_forward_end_ns, t_finalize_ns; // 0: did not happen
+    int64_t t_first_ns, t_last_ns; // the iteration's first and last event (any kind but
+                                   // HEARTBEAT and HANG): the optimiser step ends at the next
+                                   // iteration's t_first_ns
+    int n_marked_unused;     // bits in marked_unused
+    int n_grad_undefined;    // GRAD_READY hooks that fired with an undefined gradient
+    int64_t *bucket_ready_ns; // per bucket: its BUCKET_READY, 0 if never
 } ModelIter;
 
 typedef struct ModelRank {
@@ -83,6 +103,25 @@ typedef struct ModelRank {
     ModelCollective *colls;  // in launch order
     int n_colls;
     int64_t n_events;
+    // Added by model.c.
+    char closed[16];         // meta closed: "clean", "drained", "no" ("" when absent)
+    char exit[96];           // meta exit, when the launcher recorded how the rank ended
+                             // ("exitcode 1", "signal 15 (SIGTERM, sent by ddpdbg)"); "" if not
+    bool failed_first;       // meta failed_first: the launcher saw this rank fail first
+    int64_t overruns;        // meta overruns: events the rank's ring dropped (trace incomplete)
+    int64_t pending_seq;     // in any state: the first collective launched and never completed
+                             // (0: none); where a dead rank was when it stopped
+    int hang_rank;           // from the HANG record: the rank the watchdog found stuck; -1: none
+    int64_t hang_iter;
+    int n_errors;            // ERROR events (error holds the first)
+    int n_params;            // rows of its params table (!= Model.n_params: different models)
+    int64_t last_heartbeat_ns; // newest HEARTBEAT (the probe's writer: alive, not progressing)
+    int64_t last_seq;        // highest seq loaded: model_refresh reads the events above it
+    ModelGpu *gpu;           // in record order (empty without CUPTI)
+    int n_gpu;
+    char **gpu_names;        // distinct kernel names
+    int n_gpu_names;
+    struct RankLoader *loader; // model.c's private state (the open database); NULL when absent
 } ModelRank;
 
 typedef struct Model {
@@ -94,14 +133,19 @@ typedef struct Model {
     char **param_shapes;     // "256x256"
     int64_t *param_numel;
     int64_t t0_ns, t1_ns;    // earliest and latest event over all ranks
-    int64_t min_iter, max_iter;
+    int64_t min_iter, max_iter; // over all ranks' iters; 0 and -1 when there is none
+    int n_present;           // ranks with present = true
 } Model;
 
 // Loads every rank<R>.db of dir. Ranks missing or unreadable are present = false with a
 // reason. Returns 0, or -1 with one line in err when nothing usable is there (no database, a
 // newer schema, a foreign or corrupt file for every rank).
 int model_load(Model *m, const char *dir, char *err, size_t errlen);
-// Re-reads what the live databases gained since the last load (cheap when nothing changed).
+// Re-reads what the live databases gained since the last load (cheap when nothing changed):
+// per rank only the events with seq above last_seq, and meta; a rank whose file appeared
+// since is loaded. Pointers into the Model (iters, colls, layouts) are valid until the next
+// model_refresh or model_free. Returns 0, or -1 with one line in err (the model keeps what it
+// had).
 int model_refresh(Model *m, char *err, size_t errlen);
 void model_free(Model *m);
 
@@ -109,5 +153,10 @@ static inline bool model_bit(const uint8_t *bits, int i) { return bits && (bits[
 
 // The ModelIter of rank r at iteration iter, or NULL.
 const ModelIter *model_iter(const Model *m, int r, int64_t iter);
+
+// Names for reports and views: "allreduce", "forward", "waiting"; "?" for an unknown value.
+const char *model_op_name(int op);
+const char *model_phase_name(int phase);
+const char *model_state_name(RankState state);
 
 #endif

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# report.sh TRAIN -- `ddpdbg report` and `ddpdbg export` on the example traces
+# (traces/examples/, recorded by `make examples`): the text and the JSON equal the goldens in
+# tests/golden/report/ (durations the records quote, "3.0 s", are masked on both sides so that a
+# re-recorded trace of the same shape still matches), exit 0 healthy / 1 findings; a missing
+# directory, a file, a directory without traces, a non-SQLite rank file and a newer schema are
+# exit 2 with one line on stderr; the Chrome export is valid JSON with one named process per
+# rank. UPDATE=1 rewrites the goldens from the current output.
+source "$(dirname "$0")/lib.sh"
+ddpdbg=$(dirname "$train")/ddpdbg
+[ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
+golden=tests/golden/report
+examples=traces/examples
+mask() { sed -E 's/[0-9]+\.[0-9]+ s\b/<t> s/g' "$@"; }
+
+# report_is SCENARIO MODE(txt|json) STATUS
+report_is() {
+    local s=$1 mode=$2 want=$3 flag=
+    [ "$mode" = json ] && flag=--json
+    "$ddpdbg" report "$examples/$s" $flag >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq "$want" ] || { echo "FAIL: report $s $flag exited $rc, expected $want"; fail=1; }
+    [ -s "$tmp/err" ] && { echo "FAIL: report $s $flag wrote to stderr: $(head -1 "$tmp/err")"; fail=1; }
+    if [ "${UPDATE:-0}" = 1 ]; then cp "$tmp/out" "$golden/$s.$mode"; return; fi
+    if ! diff <(mask "$golden/$s.$mode") <(mask "$tmp/out") >"$tmp/diff"; then
+        echo "FAIL: report $s $flag differs from $golden/$s.$mode:"; head -20 "$tmp/diff"; fail=1
+    fi
+}
+
+# refused DESCRIPTION EXPECTED-SUBSTRING ARGS...: exit 2, nothing on stdout, one line on stderr
+refused() {
+    local what=$1 want=$2; shift 2
+    "$ddpdbg" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq 2 ] || { echo "FAIL: $what: exit $rc, expected 2"; fail=1; }
+    [ -s "$tmp/out" ] && { echo "FAIL: $what: wrote to stdout"; fail=1; }
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || { echo "FAIL: $what: $(wc -l <"$tmp/err") lines on stderr:"; cat "$tmp/err"; fail=1; }
+    grep -qF -- "$want" "$tmp/err" || { echo "FAIL: $what: stderr '$(cat "$tmp/err")' lacks '$want'"; fail=1; }
+}
+
+for s in healthy field_report find_unused hang_skip_backward; do
+    [ -s "$examples/$s/rank0.db" ] || { echo "FAIL: $examples/$s/rank0.db missing (make examples)"; fail=1; continue; }
+    status=1
+    case $s in healthy|find_unused) status=0;; esac
+    report_is "$s" txt $status
+    report_is "$s" json $status
+done
+grep -q "rank 0's batch at iteration 1 had 0 ground-truth boxes, so the box losses were constants" "$golden/field_report.txt" ||
+    { echo "FAIL: the field report's golden lacks the cause"; fail=1; }
+grep -q 'model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$golden/field_report.txt" ||
+    { echo "FAIL: the field report's golden lacks the grouped parameters"; fail=1; }
+
+# --- bad input ----------------------------------------------------------------------------------
+refused "missing directory" "trace $tmp/nowhere: No such file or directory" report "$tmp/nowhere"
+echo text >"$tmp/file.txt"
+refused "a file, not a directory" "is not a directory" report "$tmp/file.txt"
+mkdir -p "$tmp/empty"
+refused "no rank files" "holds no rank<R>.db files" report "$tmp/empty"
+mkdir -p "$tmp/foreign" && echo "not sqlite at all, but long enough to look like something" >"$tmp/foreign/rank0.db"
+refused "a non-SQLite rank file" "$tmp/foreign/rank0.db" report "$tmp/foreign"
+if command -v sqlite3 >/dev/null; then
+    mkdir -p "$tmp/newer" && cp "$examples/healthy/rank0.db" "$tmp/newer/rank0.db"
+    sqlite3 "$tmp/newer/rank0.db" "PRAGMA user_version = 99"
+    refused "a newer schema" "trace $tmp/newer/rank0.db has schema version 99, this ddpdbg reads up to 1" report "$tmp/newer"
+    refused "export of a newer schema" "schema version 99" export "$tmp/newer" --chrome "$tmp/x.json"
+fi
+refused "report without a directory" "expected a trace directory" report
+refused "report with an unknown option" "unknown option '--yaml'" report "$examples/healthy" --yaml
+refused "export without --chrome" "--chrome FILE" export "$examples/healthy"
+refused "export to an unwritable file" "cannot write $tmp/no/such/dir.json" export "$examples/healthy" --chrome "$tmp/no/such/dir.json"
+"$ddpdbg" report --help >"$tmp/out" 2>&1 && grep -q '^usage: ddpdbg report DIR' "$tmp/out" || { echo "FAIL: report --help"; fail=1; }
+
+# --- export ---------------------------------------------------------------------------------------
+for s in field_report hang_skip_backward; do
+    "$ddpdbg" export "$examples/$s" --chrome "$tmp/$s.json" >"$tmp/out" 2>"$tmp/err" ||
+        { echo "FAIL: export $s exited $?: $(cat "$tmp/err")"; fail=1; continue; }
+    if command -v python3 >/dev/null; then
+        python3 - "$tmp/$s.json" <<'EOF' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+problems = []
+if sorted(names) != [0, 1] or not all(n.startswith("rank %d" % p) for p, n in names.items()):
+    problems.append("process names %s" % names)
+for p in (0, 1):
+    spans = [e for e in ev if e["pid"] == p and e["ph"] == "X"]
+    if not any(e["name"] == "forward" for e in spans) or not any(e["name"] == "backward" for e in spans):
+        problems.append("rank %d lacks forward/backward spans" % p)
+    colls = [e for e in spans if e.get("cat") == "collective"]
+    if not colls or not all({"seq", "bucket", "numel"} <= set(e["args"]) for e in colls):
+        problems.append("rank %d: collectives without seq/bucket/numel" % p)
+    for tid in {e["tid"] for e in spans}:  # every track nests: no partial overlaps
+        track = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e["tid"] == tid)
+        for (a0, a1), (b0, b1) in zip(track, track[1:]):
+            if b0 < a1 - 1e-3 and b1 > a1 + 1e-3:
+                problems.append("rank %d tid %d: overlapping spans at %.3f" % (p, tid, b0))
+                break
+if min(e["ts"] for e in ev if "ts" in e) < 0:
+    problems.append("negative timestamps")
+if not any(e["ph"] == "i" and e["name"] in ("error", "hang") for e in ev):
+    problems.append("no error or hang instant")
+if problems:
+    print("FAIL: export %s: %s" % (sys.argv[1], "; ".join(problems)))
+    sys.exit(1)
+EOF
+    else # a structural check without python
+        grep -q '"traceEvents":\[' "$tmp/$s.json" && tail -c 4 "$tmp/$s.json" | grep -q ']}' &&
+            grep -q '"name":"process_name","args":{"name":"rank 1' "$tmp/$s.json" ||
+            { echo "FAIL: export $s: not the expected JSON shape"; fail=1; }
+    fi
+done
+exit $fail

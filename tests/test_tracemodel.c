@@ -1,0 +1,331 @@
+/* test_tracemodel.c -- tui/model.c: the example traces (traces/examples/, real 2-rank
+ * rtdetr-tiny runs) and synthetic ones (tests/trace_synth.h) load into the counts, bitmaps,
+ * bucket times and states they recorded; a missing rank file, a corrupt or truncated one, a
+ * foreign file, an empty directory and a newer schema are refused with one clear line; a
+ * refresh reads only what was appended; CUPTI records do not pose as iterations; loading never
+ * writes to the trace. */
+#include "tui/model.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "probe/probe.h"
+#include "probe/tracedb.h"
+#include "tests/expect.h"
+#include "tests/trace_synth.h"
+
+static char tmp[256];
+
+static const char *path_in(const char *name) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmp, name);
+    return p;
+}
+
+static int count_bits(const uint8_t *bits, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += model_bit(bits, i);
+    return k;
+}
+
+static bool file_bytes(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc(*len + 1);
+    bool ok = fread(*out, 1, *len, f) == *len;
+    fclose(f);
+    return ok;
+}
+
+static void test_examples(void) {
+    Model m;
+    char err[512] = "";
+    if (model_load(&m, "traces/examples/healthy", err, sizeof err) < 0) {
+        EXPECT(0, "healthy example: %s", err);
+        return;
+    }
+    EXPECT(m.world == 2 && m.n_present == 2, "world %d, present %d", m.world, m.n_present);
+    EXPECT(m.n_params == 323, "rtdetr-tiny has 323 parameters, got %d", m.n_params);
+    EXPECT(m.min_iter == 0 && m.max_iter == 2, "iterations %lld..%lld", (long long)m.min_iter,
+           (long long)m.max_iter);
+    EXPECT(m.t0_ns > 0 && m.t1_ns > m.t0_ns, "times %lld..%lld", (long long)m.t0_ns,
+           (long long)m.t1_ns);
+    for (int r = 0; r < 2; r++) {
+        const ModelRank *mr = &m.ranks[r];
+        EXPECT(mr->state == RANK_FINISHED, "rank %d: %s", r, model_state_name(mr->state));
+        EXPECT(mr->n_layouts == 2 && mr->layouts[0].n_buckets == 1,
+               "rank %d: initial layout and a rebuild", r);
+        EXPECT(mr->n_iters == 3, "rank %d: %d iterations", r, mr->n_iters);
+        for (int i = 0; i < mr->n_iters; i++) {
+            const ModelIter *it = &mr->iters[i];
+            EXPECT(it->n_grad_ready == 323 && count_bits(it->grad_ready, 323) == 323 &&
+                       it->finalized,
+                   "rank %d iteration %lld: %d hooks, finalized %d", r, (long long)it->iter,
+                   it->n_grad_ready, it->finalized);
+            const ModelLayout *l = &mr->layouts[it->layout];
+            for (int b = 0; b < l->n_buckets; b++)
+                EXPECT(it->bucket_ready[b] == l->start[b + 1] - l->start[b] &&
+                           it->bucket_seq[b] > 0 &&
+                           it->bucket_done_ns[b] >= it->bucket_launch_ns[b],
+                       "rank %d iteration %lld bucket %d", r, (long long)it->iter, b);
+        }
+        int done = 0;
+        for (int k = 0; k < mr->n_colls; k++)
+            done += mr->colls[k].ok && mr->colls[k].t_done_ns;
+        EXPECT(mr->n_colls > 0 && done == mr->n_colls, "rank %d: %d of %d collectives completed", r,
+               done, mr->n_colls);
+        EXPECT(mr->pending_seq == 0 && !mr->error && !mr->hang, "rank %d: nothing pending", r);
+    }
+    EXPECT(model_iter(&m, 1, 2) && !model_iter(&m, 1, 3) && !model_iter(&m, 2, 0),
+           "model_iter bounds");
+    model_free(&m);
+
+    EXPECT(model_load(&m, "traces/examples/field_report", err, sizeof err) == 0, "field report: %s",
+           err);
+    if (m.world == 2) {
+        const ModelRank *r0 = &m.ranks[0], *r1 = &m.ranks[1];
+        EXPECT(r0->state == RANK_ERRORED && r0->error && r0->error_iter == 2 &&
+                   !strncmp(r0->error, "Expected to have finished reduction in the prior iteration",
+                            58),
+               "rank 0 errored at iteration 2: %s", r0->error ? r0->error : "(none)");
+        const ModelIter *it = model_iter(&m, 0, 1);
+        EXPECT(it && it->n_grad_ready == 298 && !it->finalized && it->t_backward_end_ns &&
+                   it->n_boxes == 0 && it->n_images == 1,
+               "rank 0 iteration 1: 298 hooks, no finalize, 0 boxes");
+        int missing = 0, box_heads = 0;
+        for (int p = 0; it && p < m.n_params; p++)
+            if (!model_bit(it->marked, p)) {
+                missing++;
+                box_heads += strstr(m.param_names[p], "bbox_head") ||
+                             strstr(m.param_names[p], "denoising_class_embed");
+            }
+        EXPECT(missing == 25 && box_heads == 25,
+               "rank 0 iteration 1: %d unmarked, %d of them box heads", missing, box_heads);
+        EXPECT(it && it->layout == 1 && it->bucket_seq[0] == 0 &&
+                   it->bucket_ready[0] < r0->layouts[1].start[1],
+               "rank 0: bucket 0 never launched at iteration 1");
+        // stopped by the launcher (dead, drained) or, when Gloo noticed rank 0's exit first, an
+        // error from its collective: the recording decides, both are what really happens
+        EXPECT((r1->state == RANK_DEAD && !strcmp(r1->closed, "drained")) ||
+                   (r1->state == RANK_ERRORED && r1->error && strstr(r1->error, "collective")),
+               "rank 1 was stopped or lost its peer: %s", model_state_name(r1->state));
+        const ModelIter *it1 = model_iter(&m, 1, 1);
+        EXPECT(it1 && it1->n_boxes > 0, "rank 1's batch at iteration 1 had boxes");
+    }
+    model_free(&m);
+
+    EXPECT(model_load(&m, "traces/examples/hang_skip_backward", err, sizeof err) == 0, "hang: %s",
+           err);
+    if (m.world == 2) {
+        for (int r = 0; r < 2; r++)
+            EXPECT(m.ranks[r].hang && m.ranks[r].hang_rank >= 0 &&
+                       !strncmp(m.ranks[r].hang, "hang: ", 6),
+                   "rank %d holds the watchdog's HANG record", r);
+        const ModelIter *it = model_iter(&m, 1, 1);
+        EXPECT(it && it->t_forward_end_ns && !it->t_backward_ns,
+               "rank 1: a forward without backward at iteration 1");
+        // both waited in collective #N (rank 1's may have ended failed when rank 0 was stopped)
+        EXPECT(m.ranks[0].pending_seq > 0 &&
+                   (m.ranks[1].pending_seq == m.ranks[0].pending_seq ||
+                    m.ranks[1].state == RANK_ERRORED),
+               "both wait in the same collective number (%lld, %lld)",
+               (long long)m.ranks[0].pending_seq, (long long)m.ranks[1].pending_seq);
+    }
+    model_free(&m);
+
+    EXPECT(model_load(&m, "traces/examples/find_unused", err, sizeof err) == 0, "find_unused: %s",
+           err);
+    if (m.world == 2) {
+        const ModelIter *it = model_iter(&m, 0, 1);
+        EXPECT(it && it->n_marked_unused == 25 && it->n_marked == 323 && it->n_grad_ready == 298 &&
+                   it->finalized,
+               "rank 0 iteration 1: 25 marked unused, all marked, finalized");
+        EXPECT(m.ranks[0].state == RANK_FINISHED && m.ranks[1].state == RANK_FINISHED,
+               "both finished");
+    }
+    model_free(&m);
+}
+
+static void test_synthetic(void) {
+    char err[512] = "";
+    SynthSpec s = synth_default();
+    int64_t events = 0;
+    EXPECT(synth_trace(path_in("plain"), &s, &events, err, sizeof err) == 0, "%s", err);
+    Model m;
+    EXPECT(model_load(&m, path_in("plain"), err, sizeof err) == 0, "%s", err);
+    EXPECT(m.world == 2 && m.n_params == 16 && m.max_iter == 2, "world %d params %d iters ..%lld",
+           m.world, m.n_params, (long long)m.max_iter);
+    EXPECT(m.ranks[0].n_events + m.ranks[1].n_events == events, "%lld events loaded of %lld",
+           (long long)(m.ranks[0].n_events + m.ranks[1].n_events), (long long)events);
+    for (int r = 0; r < 2 && m.world == 2; r++) {
+        const ModelRank *mr = &m.ranks[r];
+        EXPECT(mr->n_colls == 9 && mr->n_layouts == 1 && mr->layouts[0].n_buckets == 2 &&
+                   mr->layouts[0].numel[0] == 8 * 64,
+               "rank %d: 9 collectives, one 2-bucket layout", r);
+        EXPECT(!strcmp(m.param_names[13], "model.1.block.5.weight") && m.param_numel[13] == 64,
+               "names and sizes");
+        for (int i = 0; i < mr->n_iters; i++) {
+            const ModelIter *it = &mr->iters[i];
+            EXPECT(it->n_grad_ready == 16 && it->n_marked == 16 && it->finalized &&
+                       it->bucket_ready[0] == 8 && it->bucket_ready[1] == 8 &&
+                       it->bucket_seq[1] == it->bucket_seq[0] + 1 && it->n_boxes == 2,
+                   "rank %d iteration %lld", r, (long long)it->iter);
+        }
+    }
+    model_free(&m);
+
+    // Parameters 12..15 (bucket 0) get no hook on rank 0 at iteration 1.
+    s = synth_default();
+    s.unused_rank = 0, s.unused_iter = 1, s.unused_first = 12, s.unused_count = 4;
+    EXPECT(synth_trace(path_in("unused"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    EXPECT(model_load(&m, path_in("unused"), err, sizeof err) == 0, "%s", err);
+    const ModelIter *it = model_iter(&m, 0, 1);
+    EXPECT(it && it->n_grad_ready == 12 && !model_bit(it->grad_ready, 12) &&
+               !model_bit(it->marked, 15) && model_bit(it->marked, 11) &&
+               it->bucket_ready[0] == 4 && it->bucket_seq[0] == 0 && !it->finalized,
+           "rank 0 iteration 1: 12 hooks, bucket 0 at 4 of 8, never launched");
+    EXPECT(m.ranks[0].state == RANK_ERRORED && m.ranks[0].error_iter == 2,
+           "rank 0 errored at its next forward");
+    const ModelIter *o = model_iter(&m, 1, 1);
+    EXPECT(m.ranks[1].state == RANK_DEAD && o && o->bucket_seq[0] > 0 &&
+               m.ranks[1].pending_seq == o->bucket_seq[0] &&
+               m.ranks[1].phase == PROBE_PHASE_COLLECTIVE,
+           "rank 1 drained waiting in bucket 0's allreduce (pending %lld)",
+           (long long)m.ranks[1].pending_seq);
+    model_free(&m);
+
+    // CUPTI records: iter is a correlation id, not an iteration.
+    s = synth_default();
+    s.gpu_kernels = 1;
+    EXPECT(synth_trace(path_in("gpu"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    EXPECT(model_load(&m, path_in("gpu"), err, sizeof err) == 0, "%s", err);
+    EXPECT(m.ranks[0].n_iters == 3 && m.max_iter == 2, "GPU records made %d iterations",
+           m.ranks[0].n_iters);
+    EXPECT(m.ranks[0].n_gpu == 6 && m.ranks[0].n_gpu_names == 1 &&
+               m.ranks[0].gpu[0].coll_seq == m.ranks[0].iters[0].bucket_seq[0] &&
+               m.ranks[0].gpu[0].kind == PROBE_GPU_KERNEL &&
+               m.ranks[0].gpu[0].t_end_ns > m.ranks[0].gpu[0].t_start_ns,
+           "6 kernels, one name, correlated to their bucket allreduce");
+    model_free(&m);
+}
+
+static void test_bad_input(void) {
+    char err[512] = "";
+    Model m;
+    SynthSpec s = synth_default();
+    EXPECT(synth_trace(path_in("missing"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    unlink(path_in("missing/rank1.db"));
+    EXPECT(model_load(&m, path_in("missing"), err, sizeof err) == 0, "one rank is enough: %s", err);
+    EXPECT(m.world == 2 && m.ranks[0].present && !m.ranks[1].present &&
+               strstr(m.ranks[1].load_error, "rank1.db") &&
+               strstr(m.ranks[1].load_error, "No such file"),
+           "rank 1 absent with a reason: '%s'", m.world == 2 ? m.ranks[1].load_error : "");
+    model_free(&m);
+
+    EXPECT(synth_trace(path_in("corrupt"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    FILE *f = fopen(path_in("corrupt/rank1.db"), "w");
+    fputs("this is not a database, just text that happens to be here\n", f);
+    fclose(f);
+    EXPECT(model_load(&m, path_in("corrupt"), err, sizeof err) == 0, "%s", err);
+    EXPECT(m.world == 2 && !m.ranks[1].present && strstr(m.ranks[1].load_error, "rank1.db"),
+           "corrupt rank 1: '%s'", m.world == 2 ? m.ranks[1].load_error : "");
+    model_free(&m);
+    EXPECT(truncate(path_in("corrupt/rank0.db"), 3000) == 0, "truncate");
+    EXPECT(model_load(&m, path_in("corrupt"), err, sizeof err) == -1 && strstr(err, "rank0.db") &&
+               (strstr(err, "corrupt") || strstr(err, "not a readable")) && !strchr(err, '\n'),
+           "nothing usable: one line, got '%s'", err);
+
+    s.world = 1;
+    s.user_version = 99;
+    EXPECT(synth_trace(path_in("newer"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    EXPECT(model_load(&m, path_in("newer"), err, sizeof err) == -1, "a newer schema is refused");
+    char want[600];
+    snprintf(want, sizeof want,
+             "trace %s/rank0.db has schema version 99, this ddpdbg reads up to %d",
+             path_in("newer"), PROBE_SCHEMA_VERSION);
+    EXPECT(!strcmp(err, want), "got '%s', expected '%s'", err, want);
+
+    mkdir(path_in("empty"), 0755);
+    EXPECT(model_load(&m, path_in("empty"), err, sizeof err) == -1 &&
+               strstr(err, "holds no rank<R>.db files"),
+           "empty: '%s'", err);
+    EXPECT(model_load(&m, path_in("nowhere"), err, sizeof err) == -1 && strstr(err, "No such file"),
+           "missing dir: '%s'", err);
+    EXPECT(model_load(&m, path_in("newer/rank0.db"), err, sizeof err) == -1 &&
+               strstr(err, "not a directory"),
+           "a file: '%s'", err);
+}
+
+// Appends n_iters more iterations to rank r of dir through the probe's writer, as a live run.
+static void append_iterations(const char *db_path, int64_t first_iter, int n_iters, uint64_t *seq) {
+    char err[256];
+    TraceDb *db = tracedb_open(db_path, err, sizeof err);
+    EXPECT(db != NULL, "%s", err);
+    if (!db) return;
+    tracedb_begin(db);
+    int64_t t = 2000000000000000000;
+    for (int64_t it = first_iter; it < first_iter + n_iters; it++) {
+        int kinds[] = {PROBE_FORWARD_BEGIN, PROBE_FORWARD_END, PROBE_BACKWARD_BEGIN};
+        for (int k = 0; k < 3; k++) {
+            ProbeRecord r = {.seq = ++*seq, .t_ns = t++, .iter = it, .kind = (uint16_t)kinds[k]};
+            tracedb_insert(db, &r, NULL, 0);
+        }
+    }
+    tracedb_commit(db);
+    tracedb_close(db, true);
+}
+
+static void test_refresh_and_readonly(void) {
+    char err[512] = "";
+    SynthSpec s = synth_default();
+    EXPECT(synth_trace(path_in("live"), &s, NULL, err, sizeof err) == 0, "%s", err);
+    char *before, *after;
+    size_t n_before, n_after;
+    EXPECT(file_bytes(path_in("live/rank0.db"), &before, &n_before), "read rank0.db");
+    Model m;
+    EXPECT(model_load(&m, path_in("live"), err, sizeof err) == 0, "%s", err);
+    int64_t events = m.ranks[0].n_events;
+    uint64_t last = (uint64_t)m.ranks[0].last_seq;
+    EXPECT(model_refresh(&m, err, sizeof err) == 0 && m.ranks[0].n_events == events,
+           "a refresh with nothing new reads nothing");
+    EXPECT(file_bytes(path_in("live/rank0.db"), &after, &n_after) && n_after == n_before &&
+               !memcmp(before, after, n_before),
+           "loading and refreshing left the trace untouched");
+    struct stat sb;
+    EXPECT(stat(path_in("live/rank0.db-wal"), &sb) < 0 &&
+               stat(path_in("live/rank0.db-journal"), &sb) < 0,
+           "no journal or WAL file created by the reader");
+    free(before);
+    free(after);
+    model_free(&m);
+
+    EXPECT(model_load(&m, path_in("live"), err, sizeof err) == 0, "%s", err);
+    append_iterations(path_in("live/rank0.db"), 3, 2, &last);
+    EXPECT(model_refresh(&m, err, sizeof err) == 0, "%s", err);
+    EXPECT(m.ranks[0].n_events == events + 6 && m.ranks[0].n_iters == 5 && m.max_iter == 4 &&
+               model_iter(&m, 0, 4)->t_backward_ns && !model_iter(&m, 0, 4)->t_backward_end_ns,
+           "refresh read the 6 new events: %lld events, %d iterations",
+           (long long)m.ranks[0].n_events, m.ranks[0].n_iters);
+    EXPECT(m.ranks[0].iters[0].n_grad_ready == 16, "what was loaded stays");
+    model_free(&m);
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/test_tracemodel.XXXXXX");
+    if (!mkdtemp(tmp)) SKIP("no temporary directory");
+    test_examples();
+    test_synthetic();
+    test_bad_input();
+    test_refresh_and_readonly();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return expect_report();
+}
