@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# tui.sh TRAIN -- `ddpdbg tui` on a trace recorded by the real trainer (the field report's
+# mechanism, fault=nogt on rank 0 at iteration 1, two rtdetr-tiny ranks, as trace.sh does): first
+# without a terminal (--once frames: the error banner, rank 0's blocking bucket, the unreported
+# box-head parameters grouped, the divergence at the collective rank 0 never issued; bad
+# directories exit 2 with one line), then driven in tmux like a user (send-keys, capture-pane):
+# the views switch with 1-6 and Tab, ? shows the help, a resize re-lays the screen (and a tiny
+# one says so), q quits with status 0; the teaching mode steps with space. The tmux part is
+# skipped (77) without tmux. DDPDBG overrides the ddpdbg binary (default: next to TRAIN).
+source "$(dirname "$0")/lib.sh"
+ddpdbg=${DDPDBG:-$(dirname "$train")/ddpdbg}
+[ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
+if "$ddpdbg" tui --help 2>&1 | grep -q "unknown command"; then
+    echo "skip: $ddpdbg has no tui command (tui/main.c does not call tui_command yet)"; exit 77
+fi
+unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
+    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT NO_COLOR
+
+check() { # description, condition...
+    local what=$1; shift
+    "$@" || { echo "FAIL: $what"; fail=1; }
+}
+has() { grep -qF -- "$2" "$1"; } # file, text
+
+# --- the trace ------------------------------------------------------------------------------------
+"$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --no-tui \
+    --trace "$tmp/t" -- train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false \
+    epochs=1 out="$tmp/o" fault=nogt:rank=0,iter=1 >"$tmp/run.out" 2>"$tmp/run.err"
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: the field-report run should exit 1 (got $rc)"; tail -5 "$tmp/run.err"; exit 1; }
+
+# --- without a terminal: --once ------------------------------------------------------------------
+once() { "$ddpdbg" tui --once "$@" "$tmp/t" >"$tmp/frame" 2>"$tmp/frame.err"; }
+check "--once exits 0" once
+check "80x24: 24 lines" [ "$(wc -l <"$tmp/frame")" = 24 ]
+check "ranks: error banner on row 2" [ "$(sed -n 2p "$tmp/frame" | cut -c1-22)" = " ERROR  rank 0 at iter" ]
+check "ranks: rank 0 errored" grep -q '^   0  errored ' "$tmp/frame"
+# rank 1 is killed waiting in #12, or sees #12 fail first (rank 0 exited) and errors: a race
+check "ranks: rank 1 stopped in #12" \
+    grep -qE '^   1  (dead .*stopped in allreduce #12 \(bucket 0\)|errored .*collective #12)' "$tmp/frame"
+once --view 2
+check "buckets: iteration 1, rank 0's bucket 0 blocks" grep -q '^    0 .*/116  \*' "$tmp/frame"
+once --view 3
+check "params: the box heads, grouped, reported by rank 1" \
+    grep -q '^model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias} *18 *1$' "$tmp/frame"
+check "params: 25 never reported" has "$tmp/frame" "rank 0, iteration 1: 25 of 323 parameters never reported"
+once --view 4
+check "collectives: divergence at #12" has "$tmp/frame" "first divergence at #12: rank 0 never issued #12"
+once --view 3 --keys '/enc_bbox\n'
+check "search: 6 matches" has "$tmp/frame" "6 of 323 parameters match \"enc_bbox\""
+once --size 300x100 --view 5
+check "300x100: 100 lines" [ "$(wc -l <"$tmp/frame")" = 100 ]
+"$ddpdbg" tui "$tmp/nothing" >"$tmp/out" 2>"$tmp/err"
+check "a missing directory: exit 2 (got $?)" [ $? -eq 2 ]
+check "a missing directory: one line naming it" [ "$(wc -l <"$tmp/err")" = 1 ]
+check "  ... naming it" has "$tmp/err" "$tmp/nothing"
+mkdir -p "$tmp/foreign" && echo "not a database" >"$tmp/foreign/rank0.db"
+"$ddpdbg" tui --once "$tmp/foreign" >"$tmp/out" 2>"$tmp/err"
+check "a foreign rank0.db: exit 2 (got $?)" [ $? -eq 2 ]
+check "a foreign rank0.db: one line" [ "$(wc -l <"$tmp/err")" = 1 ]
+"$ddpdbg" tui --size 10 "$tmp/t" >"$tmp/out" 2>"$tmp/err"
+check "bad --size: exit 2" [ $? -eq 2 ]
+check "the trace was not written to" [ -z "$(find "$tmp/t" -newer "$tmp/run.err" -type f)" ]
+[ $fail = 0 ] || { echo "--- last frame:"; cat "$tmp/frame"; exit 1; }
+
+# --- in tmux, like a user -------------------------------------------------------------------------
+command -v tmux >/dev/null || { echo "skip: no tmux (apt-get install tmux); the --once checks passed"; exit 77; }
+sock=ddpdbg-tui-test-$$
+tm() { tmux -L "$sock" -f /dev/null "$@"; }
+trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+screen_now() { tm capture-pane -p -t tui >"$tmp/pane" 2>/dev/null; }
+# wait_for TEXT [SECONDS]: until the pane shows TEXT; fails (and keeps the pane) after SECONDS.
+wait_for() {
+    local text=$1 limit=${2:-10} i
+    for ((i = 0; i < limit * 10; i++)); do
+        screen_now && grep -qF -- "$text" "$tmp/pane" && return 0
+        sleep 0.1
+    done
+    echo "  (waited ${limit} s for '$text'; the pane:)"; sed 's/^/  | /' "$tmp/pane"
+    return 1
+}
+start() { # command...: a fresh 80x24 session running it, then "EXIT=<status>"
+    tm kill-session -t tui 2>/dev/null
+    tm new-session -d -s tui -x 80 -y 24 "TERM=screen $*; echo EXIT=\$?; sleep 60"
+}
+
+start "$ddpdbg" tui "$tmp/t"
+check "tmux: the Ranks view comes up" wait_for "   0  errored"
+check "tmux: the error banner" grep -q '^ ERROR  rank 0' "$tmp/pane"
+tm send-keys -t tui 2
+check "tmux: 2 shows Buckets" wait_for "iteration 1: 2 buckets (layout generation 1)"
+tm send-keys -t tui 3
+check "tmux: 3 shows Parameters" wait_for "model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}"
+tm send-keys -t tui Tab
+check "tmux: Tab shows Collectives" wait_for "first divergence at #12"
+tm send-keys -t tui Tab
+check "tmux: Tab shows Timeline" wait_for "F fwd B bwd"
+tm send-keys -t tui 6
+check "tmux: 6 shows Diagnosis" wait_for "1. rank 0 "
+tm send-keys -t tui '?'
+check "tmux: ? shows the help" wait_for "help: keys"
+tm send-keys -t tui x
+check "tmux: a key closes it" wait_for "1. rank 0 "
+check "tmux: ... and the help is gone" bash -c "! grep -qF 'help: keys' '$tmp/pane'"
+tm send-keys -t tui 1
+wait_for "   0  errored" >/dev/null
+tm resize-window -t tui -x 132 -y 40
+check "tmux: after a resize to 132x40 the detail panel is on the right" wait_for "   0  errored      2 forward"
+check "tmux: ... 40 rows drawn" [ "$(wc -l <"$tmp/pane")" -ge 39 ]
+check "tmux: ... the side panel right of the table" grep -qE '^rank  state .{60,} rank 0 *$' "$tmp/pane"
+tm resize-window -t tui -x 30 -y 7
+check "tmux: a 30x7 window is too small, and says so" wait_for "terminal too small: 30x7"
+tm resize-window -t tui -x 80 -y 24
+check "tmux: back to 80x24" wait_for "   0  errored"
+tm send-keys -t tui q
+check "tmux: q quits with status 0" wait_for "EXIT=0" 5
+
+start "$ddpdbg" tui --teach "$tmp/t"
+check "tmux: the teaching mode comes up" wait_for "what happens here"
+tm send-keys -t tui Space
+check "tmux: space steps to the first event" wait_for "event 1 of"
+tm send-keys -t tui n n n
+check "tmux: n skips to milestones" wait_for "event "
+tm send-keys -t tui q
+check "tmux: q leaves the teaching mode" wait_for "EXIT=0" 5
+exit $fail
