@@ -129,3 +129,18 @@ void trace_reducer_event(void *user, const ReducerEvent *e) {
         break;
     }
 }
+
+void trace_ddp_settings(TrainTrace *t, const DdpConfig *c, const char *backend) {
+    if (!t->probe) return;
+    const ReducerConfig *r = &c->reducer;
+    probe_meta(t->probe, "backend", "%s", backend);
+    probe_meta(t->probe, "find_unused_parameters", "%s", r->find_unused_parameters ? "true" : "false");
+    probe_meta(t->probe, "static_graph", "%s", r->static_graph ? "true" : "false");
+    probe_meta(t->probe, "gradient_as_bucket_view", "%s",
+               r->gradient_as_bucket_view ? "true" : "false");
+    probe_meta(t->probe, "broadcast_buffers", "%s", c->broadcast_buffers ? "true" : "false");
+    probe_meta(t->probe, "bucket_cap_bytes", "%lld", (long long)r->bucket_bytes_cap);
+    probe_meta(t->probe, "first_bucket_bytes", "%lld", (long long)r->first_bucket_bytes_cap);
+    static const char *levels[] = {"OFF", "INFO", "DETAIL"};
+    probe_meta(t->probe, "torch_distributed_debug", "%s", levels[r->debug]);
+}

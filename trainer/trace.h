@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "probe/probe.h"
-#include "trainer/dist/reducer.h"
+#include "trainer/dist/ddp.h"
 #include "trainer/nn/module.h"
 
 typedef struct TrainTrace {
@@ -33,6 +33,10 @@ void trace_close(TrainTrace *t);
 // The parameter table (index, name, shape, numel), once after the model exists and before
 // DDP is constructed (its layout events need the sizes).
 void trace_params(TrainTrace *t, const Registry *reg);
+// The DDP settings in effect, defaults included (meta: find_unused_parameters, static_graph,
+// gradient_as_bucket_view, broadcast_buffers, bucket_cap_bytes, first_bucket_bytes, backend,
+// torch_distributed_debug).
+void trace_ddp_settings(TrainTrace *t, const DdpConfig *c, const char *backend);
 // An iteration begins: iter is the trainer's ni.
 void trace_iteration(TrainTrace *t, int64_t iter);
 // A phase boundary: emits kind (FORWARD_BEGIN, ..., OPTIM_STEP; 0 for none) and sets the live

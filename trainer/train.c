@@ -321,6 +321,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
         if (cap) // fault=bucket_cap: this rank alone uses another cap (first bucket included)
             ddp.reducer.bucket_bytes_cap = ddp.reducer.first_bucket_bytes_cap =
                 (int64_t)(cap->mb * 1024 * 1024);
+        trace_ddp_settings(&r->trace, &ddp, c->backend);
         r->observer = (FaultObserver){.trace = &r->trace,
                                       .faults = c->faults,
                                       .n_faults = c->n_faults,

@@ -1,16 +1,28 @@
-/* main.c -- bin/ddpdbg, the command line: `ddpdbg COMMAND ...`. Today one command, run (the
- * launcher, tui/launch.h); the live view, reports and exports are later issues. Bad usage is
- * one line on stderr and exit status 2; --help prints the usage. */
+/* main.c -- bin/ddpdbg, the command line: `ddpdbg COMMAND ...`: run (the launcher,
+ * tui/launch.h), tui (the viewer on a saved trace, tui/tui.h), report (the diagnosis as text or
+ * JSON, tui/report.h), export (Chrome trace JSON, tui/export.h) and scenario (the failure
+ * catalog, tui/scenario.h). Bad usage is one line on
+ * stderr and exit status 2; --help prints the usage. */
 #include <stdio.h>
 #include <string.h>
 
-#include "tui/launch.h" // launch_run_command, launch_print_usage
+#include "tui/export.h" // export_command
+#include "tui/launch.h" // launch_run_command
+#include "tui/report.h" // report_command
+#include "tui/scenario.h" // scenario_command
+#include "tui/tui.h"    // tui_command
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ddpdbg COMMAND ...\n"
                "commands:\n"
                "  run [options] -- TRAIN-ARGS   start the ranks of bin/ddpdbg-train, torchrun\n"
-               "                                style (ddpdbg run --help)\n");
+               "                                style (ddpdbg run --help)\n"
+               "  tui [--teach] DIR             the views on a saved trace (ddpdbg tui --help)\n"
+               "  report DIR [--json]           what went wrong, why, and the fixes; exit 0\n"
+               "                                healthy, 1 findings, 2 unreadable trace\n"
+               "  export DIR --chrome FILE      the trace as Chrome trace JSON (Perfetto)\n"
+               "  scenario list | run NAME      the failure catalog: each scenario runs the real\n"
+               "                                trainer with a fault and diagnoses its trace\n");
 }
 
 int main(int argc, char **argv) {
@@ -24,6 +36,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "run")) return launch_run_command(argc - 1, argv + 1);
-    fprintf(stderr, "ddpdbg: unknown command '%s' (expected run; see ddpdbg --help)\n", cmd);
+    if (!strcmp(cmd, "tui")) return tui_command(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return report_command(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return export_command(argc - 1, argv + 1);
+    if (!strcmp(cmd, "scenario")) return scenario_command(argc - 1, argv + 1);
+    fprintf(
+        stderr,
+        "ddpdbg: unknown command '%s' (expected run, tui, report, export or scenario; see ddpdbg "
+        "--help)\n",
+        cmd);
     return 2;
 }
