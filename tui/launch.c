@@ -24,6 +24,7 @@
 
 #include "kernels/base.h" // CHECK, xcalloc, xrealloc
 #include "probe/probe.h"  // probe_drain
+#include "tui/tui.h" // tui_live
 #include "tui/watchdog.h"
 
 enum {
@@ -40,7 +41,8 @@ typedef struct {
     const char *trace_dir; // NULL: traces/<time>-<model>/
     int no_trace;
     double hang_timeout_s;  // the watchdog's threshold
-    int on_hang_kill;       // --on-hang=kill (default with --no-tui) or wait
+    int on_hang_kill;       // --on-hang kill (1), wait (0), or -1: kill with --no-tui, wait live
+    int no_tui;
     char **train_argv;     // the arguments after "--", NULL-terminated (argv's own storage)
     int train_argc;
 } LaunchOptions;
@@ -87,9 +89,10 @@ void launch_print_usage(FILE *f) {
             "                       traces/<time>-<model>/); --no-trace: none\n"
             "  --hang-timeout S     a rank waiting in a collective this long while no rank\n"
             "                       works is a hang: summary, HANG record (default 5)\n"
-            "  --on-hang kill|wait  after a hang's summary, stop the ranks (default) or wait\n"
-            "  --no-tui             plain prefixed output; today the only mode (the live view\n"
-            "                       comes later)\n"
+            "  --on-hang kill|wait  after a hang's summary, stop the ranks or wait (default:\n"
+            "                       kill with --no-tui, wait in the live view)\n"
+            "  --no-tui             plain prefixed output instead of the live view (the\n"
+            "                       view opens when stdin and stdout are a terminal)\n"
             "example: ddpdbg run --nproc-per-node 2 -- train model=rtdetr-tiny.yaml "
             "data=d.yaml\n",
             STOP_GRACE_MS / 1000);
@@ -116,7 +119,7 @@ static int parse_int_option(const char *name, const char *text, long lo, long hi
 // (torchrun spells --nproc_per_node).
 static int parse_options(int argc, char **argv, LaunchOptions *opt) {
     *opt = (LaunchOptions){.n_proc_per_node = 1, .n_nodes = 1, .master_port = 29500,
-                           .master_addr = "127.0.0.1", .hang_timeout_s = 5, .on_hang_kill = 1};
+                           .master_addr = "127.0.0.1", .hang_timeout_s = 5, .on_hang_kill = -1};
     int node_rank_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -140,7 +143,10 @@ static int parse_options(int argc, char **argv, LaunchOptions *opt) {
         for (size_t k = 0; k < name_len; k++)
             name[k] = arg[k] == '_' ? '-' : arg[k];
         name[name_len] = 0;
-        if (strcmp(name, "--no-tui") == 0 && !eq) continue;
+        if (strcmp(name, "--no-tui") == 0 && !eq) {
+            opt->no_tui = 1;
+            continue;
+        }
         if (strcmp(name, "--no-trace") == 0 && !eq) {
             opt->no_trace = 1;
             continue;
@@ -460,6 +466,151 @@ static void print_summary(const Rank *ranks, int n, int first_failed, int user_s
     fputc('\n', stderr);
 }
 
+// Everything the launcher's loop holds: one step (launcher_step) reads what the ranks wrote,
+// reaps them, handles stop requests and the watchdog; the plain mode loops on it, the live
+// view calls it between frames.
+typedef struct Launcher {
+    const LaunchOptions *opt;
+    Rank *ranks;
+    int n;
+    const sigset_t *wait_mask;
+    int first_failed, user_signal, spawn_failed, hang;
+    long long stop_deadline, drain_deadline; // -1: not started
+    bool done;
+    bool *exited;
+    Watchdog *dog;
+    FILE *messages; // the watchdog's summary and the launcher's own lines
+    struct pollfd *pfds;
+    RankStream **polled;
+    int *polled_rank;
+} Launcher;
+
+static void stop_ranks(Launcher *L) {
+    signal_live_ranks(L->ranks, L->n, SIGTERM);
+    L->stop_deadline = now_ms() + STOP_GRACE_MS;
+}
+
+// One turn: waits at most max_wait_ms (-1: until something happens or a deadline). Returns true
+// once every rank has exited and its output is drained.
+static bool launcher_step(Launcher *L, long long max_wait_ms) {
+    if (L->done) return true;
+    Rank *ranks = L->ranks;
+    int n = L->n, n_live = 0, n_polled = 0;
+    for (int i = 0; i < n; i++) {
+        n_live += ranks[i].pid > 0 && !ranks[i].reaped;
+        for (int s = 0; s < 2; s++)
+            if (ranks[i].streams[s].fd >= 0) {
+                L->pfds[n_polled] = (struct pollfd){.fd = ranks[i].streams[s].fd, .events = POLLIN};
+                L->polled[n_polled] = &ranks[i].streams[s];
+                L->polled_rank[n_polled++] = ranks[i].rank;
+            }
+    }
+    long long now = now_ms();
+    if (n_live == 0 && L->drain_deadline < 0) L->drain_deadline = now + DRAIN_MS;
+    if (n_live == 0 && (n_polled == 0 || now >= L->drain_deadline)) return L->done = true;
+    long long wake = n_live == 0 ? L->drain_deadline : L->stop_deadline;
+    if (L->dog && n_live > 0 && !L->hang && (wake < 0 || wake > now + 200))
+        wake = now + 200; // the watchdog looks 5 times a second
+    if (max_wait_ms >= 0 && (wake < 0 || wake > now + max_wait_ms)) wake = now + max_wait_ms;
+    struct timespec timeout, *timeout_p = NULL;
+    if (wake >= 0) {
+        long long ms = wake > now ? wake - now : 0;
+        timeout = (struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+        timeout_p = &timeout;
+    }
+    int ready = ppoll(L->pfds, (nfds_t)n_polled, timeout_p, L->wait_mask);
+    CHECK(ready >= 0 || errno == EINTR, "ppoll: %s", strerror(errno));
+    for (int k = 0; ready > 0 && k < n_polled; k++)
+        if (L->pfds[k].revents) read_stream(L->polled_rank[k], L->polled[k]);
+
+    // A stop request first: ranks killed by the same Ctrl-C are not "the first failure".
+    if (stop_signal) {
+        int sig = stop_signal;
+        stop_signal = 0;
+        if (L->stop_deadline >= 0) { // asked twice: no more grace
+            signal_live_ranks(ranks, n, SIGKILL);
+        } else {
+            if (L->first_failed < 0) L->user_signal = sig;
+            stop_ranks(L);
+        }
+    }
+    if (child_exited) {
+        child_exited = 0;
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            for (int i = 0; i < n; i++)
+                if (ranks[i].pid == pid) {
+                    ranks[i].reaped = 1;
+                    ranks[i].status = status;
+                    int failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+                    if (failed && L->first_failed < 0 && !L->user_signal && !L->spawn_failed &&
+                        !(L->hang && L->opt->on_hang_kill)) {
+                        L->first_failed = i;
+                        stop_ranks(L);
+                    }
+                }
+    }
+    if (L->dog && !L->hang && n_live > 0) {
+        for (int i = 0; i < n; i++)
+            L->exited[i] = ranks[i].reaped || ranks[i].pid <= 0;
+        if (watchdog_poll(L->dog, L->exited, L->messages)) {
+            L->hang = 1;
+            if (L->opt->on_hang_kill && L->stop_deadline < 0) {
+                fprintf(L->messages, "ddpdbg run: stopping the ranks (--on-hang kill)\n");
+                fflush(L->messages);
+                stop_ranks(L);
+            }
+        }
+    }
+    if (L->stop_deadline >= 0 && now_ms() >= L->stop_deadline) {
+        signal_live_ranks(ranks, n, SIGKILL);
+        L->stop_deadline = LLONG_MAX / 2; // killed: nothing left to wait for but the reaping
+    }
+    return false;
+}
+
+// The run's exit status: the first failed rank's, 128 + the signal we were stopped by, 1 when a
+// rank could not start, 124 after a hang the launcher stopped, else 0.
+static int launcher_exit_status(const Launcher *L) {
+    if (L->first_failed >= 0) return exit_status_of(L->ranks[L->first_failed].status);
+    if (L->user_signal) return 128 + L->user_signal;
+    if (L->spawn_failed) return 1;
+    if (L->hang && L->opt->on_hang_kill) return 124;
+    return 0;
+}
+
+static TuiRunState live_state(void *ctx, int *exit_status) {
+    Launcher *L = ctx;
+    if (L->user_signal) {
+        *exit_status = 128 + L->user_signal;
+        return TUI_RUN_INTERRUPTED;
+    }
+    if (!L->done) return TUI_RUN_GOING;
+    *exit_status = launcher_exit_status(L);
+    return TUI_RUN_ENDED;
+}
+
+static void live_poll(void *ctx) { launcher_step(ctx, 0); }
+
+// The live view while the ranks run; q stops them (as Ctrl-C would). Without a usable
+// terminal the run goes on in plain mode (its output already goes to the log).
+static void run_live(Launcher *L, const char *dir, FILE *log) {
+    L->messages = log;
+    TuiRun run = {.state = live_state, .poll = live_poll, .ctx = L, .linger = true};
+    char err[512];
+    int rc = tui_live(dir, &run, err, sizeof err);
+    L->messages = stderr;
+    if (rc == TUI_LIVE_NO_TERMINAL)
+        fprintf(stderr, "ddpdbg run: no live view (%s); the ranks' output is in %s/output.log\n",
+                err, dir);
+    if (rc == TUI_LIVE_QUIT && !L->done) {
+        fprintf(stderr, "ddpdbg run: stopping the ranks (q in the live view)\n");
+        if (L->first_failed < 0) L->user_signal = SIGINT;
+        stop_ranks(L);
+    }
+}
+
 int launch_run_command(int argc, char **argv) {
     LaunchOptions opt;
     int parsed = parse_options(argc, argv, &opt);
@@ -505,8 +656,22 @@ int launch_run_command(int argc, char **argv) {
 
     int n = opt.n_proc_per_node;
     Rank *ranks = xcalloc((size_t)n, sizeof *ranks);
-    int first_failed = -1, user_signal = 0, spawn_failed = 0, hang = 0;
-    long long stop_deadline = -1, drain_deadline = -1; // -1: not started
+    int spawn_failed = 0;
+    long long stop_deadline = -1; // -1: not started
+    // The live view: a terminal on both ends, tracing on, not --no-tui. The ranks' output then
+    // goes to DIR/output.log (nothing else may write to the terminal while the view runs).
+    bool live = !opt.no_tui && trace_dir[0] && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    FILE *log = NULL;
+    if (opt.on_hang_kill < 0) opt.on_hang_kill = !live; // the view shows a hang; plain mode stops it
+    if (live) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/output.log", trace_dir);
+        log = fopen(path, "w");
+        if (!log) {
+            fprintf(stderr, "ddpdbg run: %s: %s; no live view\n", path, strerror(errno));
+            live = false;
+        }
+    }
     for (int i = 0; i < n; i++) {
         ranks[i].rank = opt.node_rank * n + i;
         ranks[i].streams[0].fd = ranks[i].streams[1].fd = -1;
@@ -529,8 +694,8 @@ int launch_run_command(int argc, char **argv) {
         r->pid = spawn_rank(&opt, program, token, i, &launcher_mask, fds[0][1], fds[1][1]);
         close(fds[0][1]);
         close(fds[1][1]);
-        r->streams[0] = (RankStream){.fd = fds[0][0], .out = stdout};
-        r->streams[1] = (RankStream){.fd = fds[1][0], .out = stderr};
+        r->streams[0] = (RankStream){.fd = fds[0][0], .out = log ? log : stdout};
+        r->streams[1] = (RankStream){.fd = fds[1][0], .out = log ? log : stderr};
         if (r->pid < 0) spawn_failed = 1;
     }
     if (spawn_failed) {
@@ -538,93 +703,28 @@ int launch_run_command(int argc, char **argv) {
         stop_deadline = now_ms();
     }
 
-    Watchdog *dog = NULL;
-    bool *exited = xcalloc((size_t)n, sizeof(bool));
+    Launcher L = {.opt = &opt,
+                  .ranks = ranks,
+                  .n = n,
+                  .wait_mask = &wait_mask,
+                  .first_failed = -1,
+                  .spawn_failed = spawn_failed,
+                  .stop_deadline = stop_deadline,
+                  .drain_deadline = -1,
+                  .messages = stderr};
+    L.exited = xcalloc((size_t)n, sizeof(bool));
+    L.pfds = xcalloc((size_t)2 * n, sizeof *L.pfds);
+    L.polled = xcalloc((size_t)2 * n, sizeof *L.polled);
+    L.polled_rank = xcalloc((size_t)2 * n, sizeof *L.polled_rank);
     if (trace_dir[0]) {
         int *global = xcalloc((size_t)n, sizeof(int));
         for (int i = 0; i < n; i++)
             global[i] = ranks[i].rank;
-        dog = watchdog_new(trace_dir, global, n, opt.hang_timeout_s);
+        L.dog = watchdog_new(trace_dir, global, n, opt.hang_timeout_s);
         free(global);
     }
-    struct pollfd *pfds = xcalloc((size_t)2 * n, sizeof *pfds);
-    RankStream **polled = xcalloc((size_t)2 * n, sizeof *polled);
-    int *polled_rank = xcalloc((size_t)2 * n, sizeof *polled_rank);
-    for (;;) {
-        int n_live = 0, n_polled = 0;
-        for (int i = 0; i < n; i++) {
-            n_live += ranks[i].pid > 0 && !ranks[i].reaped;
-            for (int s = 0; s < 2; s++)
-                if (ranks[i].streams[s].fd >= 0) {
-                    pfds[n_polled] = (struct pollfd){.fd = ranks[i].streams[s].fd,
-                                                     .events = POLLIN};
-                    polled[n_polled] = &ranks[i].streams[s];
-                    polled_rank[n_polled++] = ranks[i].rank;
-                }
-        }
-        long long now = now_ms();
-        if (n_live == 0 && drain_deadline < 0) drain_deadline = now + DRAIN_MS;
-        if (n_live == 0 && (n_polled == 0 || now >= drain_deadline)) break;
-        long long wake = n_live == 0 ? drain_deadline : stop_deadline;
-        if (dog && n_live > 0 && !hang && (wake < 0 || wake > now + 200))
-            wake = now + 200; // the watchdog looks 5 times a second
-        struct timespec timeout, *timeout_p = NULL;
-        if (wake >= 0) {
-            long long ms = wake > now ? wake - now : 0;
-            timeout = (struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-            timeout_p = &timeout;
-        }
-        int ready = ppoll(pfds, (nfds_t)n_polled, timeout_p, &wait_mask);
-        CHECK(ready >= 0 || errno == EINTR, "ppoll: %s", strerror(errno));
-        for (int k = 0; ready > 0 && k < n_polled; k++)
-            if (pfds[k].revents) read_stream(polled_rank[k], polled[k]);
-
-        // A stop request first: ranks killed by the same Ctrl-C are not "the first failure".
-        if (stop_signal) {
-            int sig = stop_signal;
-            stop_signal = 0;
-            if (stop_deadline >= 0) { // asked twice: no more grace
-                signal_live_ranks(ranks, n, SIGKILL);
-            } else {
-                if (first_failed < 0) user_signal = sig;
-                signal_live_ranks(ranks, n, SIGTERM);
-                stop_deadline = now_ms() + STOP_GRACE_MS;
-            }
-        }
-        if (child_exited) {
-            child_exited = 0;
-            int status;
-            pid_t pid;
-            while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-                for (int i = 0; i < n; i++)
-                    if (ranks[i].pid == pid) {
-                        ranks[i].reaped = 1;
-                        ranks[i].status = status;
-                        int failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-                        if (failed && first_failed < 0 && !user_signal && !spawn_failed &&
-                            !(hang && opt.on_hang_kill)) {
-                            first_failed = i;
-                            signal_live_ranks(ranks, n, SIGTERM);
-                            stop_deadline = now_ms() + STOP_GRACE_MS;
-                        }
-                    }
-        }
-        if (dog && !hang && n_live > 0) {
-            for (int i = 0; i < n; i++)
-                exited[i] = ranks[i].reaped || ranks[i].pid <= 0;
-            if (watchdog_poll(dog, exited, stderr)) {
-                hang = 1;
-                if (opt.on_hang_kill && stop_deadline < 0) {
-                    fprintf(stderr, "ddpdbg run: stopping the ranks (--on-hang kill)\n");
-                    signal_live_ranks(ranks, n, SIGTERM);
-                    stop_deadline = now_ms() + STOP_GRACE_MS;
-                }
-            }
-        }
-        if (stop_deadline >= 0 && now_ms() >= stop_deadline) {
-            signal_live_ranks(ranks, n, SIGKILL);
-            stop_deadline = LLONG_MAX / 2; // killed: nothing left to wait for but the reaping
-        }
+    if (live) run_live(&L, trace_dir, log);
+    while (!launcher_step(&L, -1)) {
     }
     for (int i = 0; i < n; i++)
         for (int s = 0; s < 2; s++) {
@@ -637,27 +737,22 @@ int launch_run_command(int argc, char **argv) {
         }
     fflush(stdout);
 
-    watchdog_free(dog);
-    free(exited);
+    if (log) fclose(log);
+    watchdog_free(L.dog);
+    free(L.exited);
     if (trace_dir[0]) {
         drain_rings(trace_dir, ranks, n);
-        record_fates(trace_dir, ranks, n, first_failed);
+        record_fates(trace_dir, ranks, n, L.first_failed);
     }
-    int exit_status = 0;
-    if (first_failed >= 0 || user_signal) print_summary(ranks, n, first_failed, user_signal);
-    if (first_failed >= 0)
-        exit_status = exit_status_of(ranks[first_failed].status);
-    else if (user_signal)
-        exit_status = 128 + user_signal;
-    else if (spawn_failed)
-        exit_status = 1;
-    else if (hang && opt.on_hang_kill) {
+    if (L.first_failed >= 0 || L.user_signal)
+        print_summary(ranks, n, L.first_failed, L.user_signal);
+    int exit_status = launcher_exit_status(&L);
+    if (L.hang && opt.on_hang_kill && L.first_failed < 0 && !L.user_signal && !L.spawn_failed)
         fprintf(stderr, "ddpdbg run: stopped after a hang (exit 124)\n");
-        exit_status = 124;
-    }
-    free(polled_rank);
-    free(polled);
-    free(pfds);
+    if (live) fprintf(stderr, "ddpdbg run: the ranks' output is in %s/output.log\n", trace_dir);
+    free(L.polled_rank);
+    free(L.polled);
+    free(L.pfds);
     free(ranks);
     return exit_status;
 }
