@@ -333,6 +333,13 @@ int probe_drain(const char *ring_file, const char *db_path, ProbeDrainReport *re
         return -1;
     }
     ProbeRingState st = probe_ring_state(ring);
+    if (st.head == 0 || st.tail >= st.head) { // head counts from 1; the tail never passes it
+        snprintf(err, errlen, "ring %s is damaged: its header says head %llu, tail %llu",
+                 ring_file, (unsigned long long)st.head, (unsigned long long)st.tail);
+        tracedb_close(db, true);
+        probe_ring_close(ring);
+        return -1;
+    }
     rep.ring_last = st.head - 1;
     rep.overruns = st.overruns;
     TextBuf text = {0};

@@ -388,6 +388,8 @@ int probe_db_check(const char *path, char *err, size_t errlen) {
 done:
     sqlite3_close(db);
     if (!msg[0]) return 0;
+    for (char *q = msg; *q; q++) // SQLite's texts span lines (quick_check, quoted schema)
+        if (*q == '\n' || *q == '\r') *q = ' ';
     if (err && errlen) snprintf(err, errlen, "%s", msg);
     return -1;
 }

@@ -350,7 +350,7 @@ static int wait_work(Reducer *r, PgWork **work, int bucket, const char *what, in
                       .what = what,
                       .numel = numel,
                       .seq = seq};
-    if (!pg_work_test(*work)) emit(r, e); // only a wait that may block is worth an event
+    emit(r, e); // also when already complete: observers (fault=kill phase=allreduce) rely on it
     int rc = pg_work_wait(*work, err, sizeof err);
     pg_work_free(*work);
     *work = NULL;

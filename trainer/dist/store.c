@@ -118,6 +118,7 @@ static void server_put(Server *sv, const uint8_t *key, uint32_t key_len, const v
     free(e->value);
     e->value = xmalloc(len + 1u);
     if (len) memcpy(e->value, value, len);
+    ((char *)e->value)[len] = 0; // values are also read as text (ADD's decimal integer)
     e->len = len;
 }
 

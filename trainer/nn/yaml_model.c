@@ -312,6 +312,11 @@ static const struct {
     [T_STR] = {"a string", 1u << V_STR},
 };
 
+// Bounds of module arguments and of the depth/width multipliers.
+#define ARG_INT_LIMIT (1 << 20)
+#define ARG_FLOAT_LIMIT 1e6
+#define MULTIPLIER_LIMIT 64.0
+
 // Checks arity and types of `args` (a sequence node) against m, filling out[0..n_args-1].
 static int parse_args(Ctx *c, const ModuleDef *m, const yaml_node_t *args, Arg *out) {
     int n = seq_len(args), n_req = 0;
@@ -343,6 +348,15 @@ static int parse_args(Ctx *c, const ModuleDef *m, const yaml_node_t *args, Arg *
             char buf[96];
             return fail(c, a->node, "%s arg %d (%s) must be %s, got %s", m->name, j + 1, d->name,
                         arg_types[d->type].text, shown(&v, buf, sizeof buf));
+        }
+        // Channel counts, kernel sizes and ratios far beyond any model would overflow the
+        // channel arithmetic (int): refused here, with the argument named.
+        if ((v.kind == V_INT && (v.i < -ARG_INT_LIMIT || v.i > ARG_INT_LIMIT)) ||
+            (v.kind == V_FLOAT && !(fabs(v.f) <= ARG_FLOAT_LIMIT))) {
+            char buf[96];
+            return fail(c, a->node, "%s arg %d (%s) must be within +-%d, got %s", m->name, j + 1,
+                        d->name, v.kind == V_INT ? ARG_INT_LIMIT : (int)ARG_FLOAT_LIMIT,
+                        shown(&v, buf, sizeof buf));
         }
         a->i = v.i;
         a->f = v.f;
@@ -632,8 +646,10 @@ static int parse_scales(Ctx *c, ModelSpec *s, const yaml_node_t *scales, const y
             get_number(c, item(c, v, 1), "width", &s->width) ||
             get_number(c, item(c, v, 2), "max_channels", &mc))
             return -1;
-        if (!(s->depth > 0) || !(s->width > 0) || !(mc >= 1))
-            return fail(c, v, "scale '%s' needs depth > 0, width > 0, max_channels >= 1", name);
+        if (!(s->depth > 0 && s->depth <= MULTIPLIER_LIMIT) ||
+            !(s->width > 0 && s->width <= MULTIPLIER_LIMIT) || !(mc >= 1))
+            return fail(c, v, "scale '%s' needs 0 < depth <= 64, 0 < width <= 64, max_channels >= 1",
+                        name);
         s->max_channels = mc >= INT_MAX ? INT_MAX : (int)mc;
         snprintf(s->scale, sizeof s->scale, "%s", name);
         return 0;
@@ -672,6 +688,10 @@ static int parse_root(Ctx *c, ModelSpec *s, const yaml_node_t *root, int nc_over
     s->max_channels = INT_MAX;
     if (dm && get_number(c, dm, "depth_multiple", &s->depth)) return -1;
     if (wm && get_number(c, wm, "width_multiple", &s->width)) return -1;
+    if (dm && !(s->depth > 0 && s->depth <= MULTIPLIER_LIMIT))
+        return fail(c, dm, "depth_multiple must be in (0, 64], got %g", s->depth);
+    if (wm && !(s->width > 0 && s->width <= MULTIPLIER_LIMIT))
+        return fail(c, wm, "width_multiple must be in (0, 64], got %g", s->width);
     if (scale && !scales) return fail(c, scale, "scale given without scales");
     if (scales && parse_scales(c, s, scales, scale)) return -1;
 
