@@ -107,7 +107,8 @@ $(BIN)/ddpdbg: $(call obj,$(TUI)) $(LIB)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 # The tests and benchmark of the viewer's model, diagnosis and report also link those (no ncurses).
-TUI_CORE := $(call obj,tui/model.c tui/diagnose.c tui/paramgroup.c tui/report.c tui/export.c)
+TUI_CORE := $(call obj,tui/model.c tui/model_fold.c tui/diagnose.c tui/diagnose_grad.c \
+              tui/paramgroup.c tui/report.c tui/export.c)
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
@@ -209,6 +210,14 @@ FUZZ_FAULT_SEEDS := nogt:rank=0,iter=1 unused:param=model.28.dec_score_head.*,ra
   skip_backward:rank=1,iter=1 uneven:rank=1,batches=2 no_sync:rank=0,iter=3 \
   bucket_cap:rank=1,mb=0.5 kill:rank=1,iter=1,phase=backward kill:rank=0,iter=0,phase=allreduce \
   slow:rank=0,ms=200 shape:rank=1 kill:rank=1,iter=2 nogt:rank=x,iter=1
+# Dictionaries (libFuzzer -dict): words a mutation would seldom spell, one list per target.
+FUZZ_NUMBERS := 0 -1 1e300 -1e300 1e-300 2147483647 -2147483648 2147483648 \
+  9223372036854775807 18446744073709551616 nan inf
+fuzz_dict_yaml   := $(FUZZ_NUMBERS) .inf -.inf .nan None True False nc [] {} &a *a !!str !!int \
+  scales depth_multiple width_multiple scale_factor nearest nn.Upsample Concat RTDETRDecoder \
+  RepC3 AIFI ResNetLayer HGBlock HGStem DWConv Conv
+fuzz_dict_labels := $(FUZZ_NUMBERS) 0.5 1.0 -0 0x1p-1 1e-45
+fuzz_dict_fault  := $(FUZZ_NUMBERS) 1e6 rank= iter= batches= ms= mb= phase= param=
 fuzz_obj = $(patsubst %.c,$(FUZZ)/obj/%.o,$(patsubst $(FUZZ)/%,%,$(1)))
 FUZZ_BINS := $(patsubst %,$(FUZZ)/fuzz_%,$(FUZZ_NAMES))
 
@@ -243,12 +252,15 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	  [ -d tests/fixtures/fuzz/$$t ] && cp tests/fixtures/fuzz/$$t/* $(FUZZ)/seed/$$t/; done; \
 	cp trainer/models/*.yaml tests/fixtures/bad_yaml/*.yaml $(FUZZ)/seed/yaml/ && \
 	for f in $$(find tests/fixtures -name '*.txt'); do cp $$f $(FUZZ)/seed/labels/$$(echo $$f | tr / _); done && \
-	i=0; set -f; for s in $(FUZZ_FAULT_SEEDS); do i=$$((i+1)); printf '%s' "$$s" >$(FUZZ)/seed/fault/$$i; done; set +f; \
+	i=0; set -f; for s in $(FUZZ_FAULT_SEEDS); do i=$$((i+1)); printf '%s' "$$s" >$(FUZZ)/seed/fault/$$i; done; \
+	set +f; $(foreach t,$(FUZZ_NAMES),printf '%s\n' $(foreach w,$(fuzz_dict_$(t)),'"$(w)"') \
+	  >$(FUZZ)/seed/$(t).dict;) \
 	$(FUZZ)/fuzz_seeds $(FUZZ)/seed/ring $(FUZZ)/seed/trace || exit 1; \
 	base=/dev/shm; [ -d $$base ] && [ -w $$base ] || base=$${TMPDIR:-/tmp}; \
 	failed=; run() { t=$$1; scratch=$$(mktemp -d -p $$base ddpdbg-fuzz-run.XXXXXX) || exit 1; \
 	  TMPDIR=$$scratch ASAN_OPTIONS=detect_leaks=1 $(FUZZ)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	    -rss_limit_mb=2048 -max_len=$$2 -print_final_stats=1 -artifact_prefix=$(FUZZ)/crash/$$t/ \
+	    -rss_limit_mb=2048 -max_len=$$2 $$(grep -q . $(FUZZ)/seed/$$t.dict && echo -dict=$(FUZZ)/seed/$$t.dict) \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ)/crash/$$t/ \
 	    $(FUZZ)/corpus/$$t $(FUZZ)/seed/$$t >$(FUZZ)/$$t.log 2>&1; \
 	  rc=$$?; rm -rf $$scratch; runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ)/$$t.log); \
 	  cov=$$(grep -o 'cov: [0-9]*' $(FUZZ)/$$t.log | tail -1); \
