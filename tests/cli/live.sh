@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# live.sh TRAIN -- `ddpdbg run` on a terminal opens the live view (driven here in tmux): on the
+# field report's mechanism (2 rtdetr-tiny ranks, rank 0's batch at iteration 1 without boxes)
+# the screen shows, within seconds of the failure, the banner naming rank 0 and the bucket that
+# never launched, and the Parameters view (key 3) the unreported dec_bbox_head tensors grouped;
+# on a real hang (fault=skip_backward, both ranks alive) the HANG banner appears within 5 s of
+# the watchdog's threshold; q leaves the view and stops the run. Skipped without tmux.
+source "$(dirname "$0")/lib.sh"
+ddpdbg=$(realpath "$(dirname "$train")/ddpdbg")
+[ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
+command -v tmux >/dev/null || { echo "skip: no tmux"; exit 77; }
+unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
+    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT TMUX
+sock="$tmp/tmux.sock"
+tm() { tmux -S "$sock" "$@"; }
+trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
+
+"$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
+args="train model=rtdetr-tiny.yaml data=$tmp/d/data.yaml imgsz=96 batch=1 val=false out=$tmp/o"
+
+# wait_for PATTERN SECONDS: polls the screen until it shows PATTERN; 0 found, 1 not
+wait_for() {
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do
+        tm capture-pane -p -t live >"$tmp/screen" 2>/dev/null && grep -q -- "$1" "$tmp/screen" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+check() { # description, condition...
+    local what=$1; shift
+    "$@" || { echo "FAIL: $what"; echo "--- screen:"; cat "$tmp/screen"; fail=1; }
+}
+
+# --- the field report, live --------------------------------------------------------------------
+tm new-session -d -s live -x 100 -y 30 \
+    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --trace $tmp/t1 -- $args epochs=1 fault=nogt:rank=0,iter=1; echo EXIT=\$? >$tmp/rc1; sleep 60"
+check "the live view starts" wait_for "1 Ranks" 20
+check "the banner names rank 0's error and the bucket that never launched" \
+    wait_for "ERROR  rank 0 at iter 2: bucket 0 of iter 1 never launched" 20
+check "the Ranks view: rank 0 errored" grep -q "^   0  errored" "$tmp/screen"
+tm send-keys -t live 3
+check "the Parameters view: dec_bbox_head grouped" wait_for "dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}" 5
+check "the view stays on the final state" wait_for "run ended: exit status 1" 20
+tm send-keys -t live q
+for ((i = 0; i < 50; i++)); do [ -s "$tmp/rc1" ] && break; sleep 0.1; done
+check "q leaves the view; the run's status is rank 0's (1)" [ "$(cat "$tmp/rc1" 2>/dev/null)" = EXIT=1 ]
+check "the ranks' output went to output.log" grep -q "^\[rank0\]:RuntimeError: Expected to have finished" "$tmp/t1/output.log"
+tm kill-session -t live 2>/dev/null
+
+# --- a hang, live: the watchdog's banner, then q stops the run --------------------------------
+tm new-session -d -s live -x 100 -y 30 \
+    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --hang-timeout 2 --trace $tmp/t2 -- $args epochs=2 fault=skip_backward:rank=1,iter=1; echo EXIT=\$? >$tmp/rc2; sleep 60"
+check "the HANG banner" wait_for "HANG  rank 1 waits in collective #12" 30
+check "the Ranks view: both ranks waiting" [ "$(grep -c "waiting" "$tmp/screen")" -ge 2 ]
+tm send-keys -t live q
+for ((i = 0; i < 100; i++)); do [ -s "$tmp/rc2" ] && break; sleep 0.1; done
+check "q stops a hung run (130)" [ "$(cat "$tmp/rc2" 2>/dev/null)" = EXIT=130 ]
+exit $fail
