@@ -26,7 +26,9 @@ has() { grep -qF -- "$2" "$1"; } # file, text
 "$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
 timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --no-tui \
     --trace "$tmp/t" -- train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false \
-    epochs=1 out="$tmp/o" fault=nogt:rank=0,iter=1 >"$tmp/run.out" 2>"$tmp/run.err"
+    epochs=1 out="$tmp/o" fault=nogt:rank=0,iter=1 fault=slow:rank=0,ms=300 >"$tmp/run.out" 2>"$tmp/run.err"
+# (rank 0 is slowed so that rank 1 surely launches collective #12 before rank 0 raises and the
+# launcher stops rank 1: without it, a slow machine (ASan) sometimes stops rank 1 before #12)
 rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: the field-report run should exit 1 (got $rc)"; tail -5 "$tmp/run.err"; exit 1; }
 
