@@ -24,7 +24,7 @@ count() { grep -c -- "$1" "$2"; }
 pick_port() {
     local p
     for _ in $(seq 200); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000)) # below the ephemeral ports (32768-)
         grep -qi ":$(printf '%04X' $p) " /proc/net/tcp /proc/net/tcp6 2>/dev/null || {
             echo $p
             return

@@ -38,7 +38,7 @@ for ((run = 1; run <= runs; run++)); do
     # when it gets there, so the peer is made a straggler (100 ms per forward).
     [ $phase = allreduce ] && extra=(fault=slow:rank=$((1 - rank)),ms=100)
     dir=$tmp/run$run
-    timeout -k 5 60 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + SRANDOM % 20000)) \
+    timeout -k 5 60 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + SRANDOM % 12000)) \
         --no-tui --trace "$dir" -- "${args[@]}" out="$dir/out" fault=$spec "${extra[@]}" \
         >"$dir.out" 2>"$dir.err"
     rc=$?

@@ -1,6 +1,7 @@
 # lib.sh -- sourced by the CLI tests (not a test itself: run_tests.sh runs tests/cli/*.sh except
-# this one). Sets train (the binary, absolute), tmp (a scratch folder removed on exit) and
-# fail=0, and defines expect_error.
+# this one). Tests that pick a MASTER_PORT take it in 20000-31999: below Linux's ephemeral ports
+# (32768-60999), which outgoing connections of earlier runs may still hold. Sets train (the
+# binary, absolute), tmp (a scratch folder removed on exit) and fail=0, and defines expect_error.
 set -u
 train=$(realpath "$1")
 tmp=$(mktemp -d)

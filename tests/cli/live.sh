@@ -34,7 +34,7 @@ check() { # description, condition...
 
 # --- the field report, live --------------------------------------------------------------------
 tm new-session -d -s live -x 100 -y 30 \
-    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --trace $tmp/t1 -- $args epochs=1 fault=nogt:rank=0,iter=1; echo EXIT=\$? >$tmp/rc1; sleep 60"
+    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 12000)) --trace $tmp/t1 -- $args epochs=1 fault=nogt:rank=0,iter=1; echo EXIT=\$? >$tmp/rc1; sleep 60"
 check "the live view starts" wait_for "1 Ranks" 20
 check "the banner names rank 0's error and the bucket that never launched" \
     wait_for "ERROR  rank 0 at iter 2: bucket 0 of iter 1 never launched" 20
@@ -50,7 +50,7 @@ tm kill-session -t live 2>/dev/null
 
 # --- a hang, live: the watchdog's banner, then q stops the run --------------------------------
 tm new-session -d -s live -x 100 -y 30 \
-    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --hang-timeout 2 --trace $tmp/t2 -- $args epochs=2 fault=skip_backward:rank=1,iter=1; echo EXIT=\$? >$tmp/rc2; sleep 60"
+    "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 12000)) --hang-timeout 2 --trace $tmp/t2 -- $args epochs=2 fault=skip_backward:rank=1,iter=1; echo EXIT=\$? >$tmp/rc2; sleep 60"
 check "the HANG banner" wait_for "HANG  rank 1 waits in collective #12" 30
 check "the Ranks view: both ranks waiting" [ "$(grep -c "waiting" "$tmp/screen")" -ge 2 ]
 tm send-keys -t live q

@@ -20,7 +20,7 @@ check() { # description, condition...
     "$@" || { echo "FAIL: $what"; fail=1; }
 }
 q() { sqlite3 "$1" "$2"; }
-port() { echo $((20000 + RANDOM % 20000)); }
+port() { echo $((20000 + RANDOM % 12000)); }
 
 "$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
 args=(train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false)

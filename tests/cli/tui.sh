@@ -24,7 +24,7 @@ has() { grep -qF -- "$2" "$1"; } # file, text
 
 # --- the trace ------------------------------------------------------------------------------------
 "$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
-timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDOM % 20000)) --no-tui \
+timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDOM % 12000)) --no-tui \
     --trace "$tmp/t" -- train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false \
     epochs=1 out="$tmp/o" fault=nogt:rank=0,iter=1 fault=slow:rank=0,ms=300 >"$tmp/run.out" 2>"$tmp/run.err"
 # (rank 0 is slowed so that rank 1 surely launches collective #12 before rank 0 raises and the
