@@ -290,6 +290,8 @@ help:
 	@echo 'make debug      the tests under ASan+UBSan (build/debug)'
 	@echo 'make bench      benchmarks (timings are printed, never asserted)'
 	@echo 'make examples   record the example traces in traces/examples/ (2-rank rtdetr-tiny runs)'
+	@echo 'make fuzz       each libFuzzer target for FUZZ_SECONDS (default 20) under ASan+UBSan'
+	@echo 'make soak       4 ranks x 2000 traced iterations: no lost event, flat memory (minutes)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
 	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
