@@ -110,6 +110,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 TUI_CORE := $(call obj,tui/model.c tui/model_fold.c tui/diagnose.c tui/diagnose_grad.c \
               tui/paramgroup.c tui/report.c tui/export.c)
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
+# The views' render test and benchmark build Models by hand; they link the model's accessors.
+$(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model_fold.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 test: all

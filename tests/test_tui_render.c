@@ -105,8 +105,8 @@ static void test_grouping(const Model *m) {
 }
 
 static void test_facts(const Model *m) {
-    const ModelIter *it0 = facts_iter(&m->ranks[0], 1), *it1 = facts_iter(&m->ranks[1], 1);
-    EXPECT(it0 && it0->iter == 1 && !facts_iter(&m->ranks[1], 2), "facts_iter");
+    const ModelIter *it0 = model_rank_iter(&m->ranks[0], 1), *it1 = model_rank_iter(&m->ranks[1], 1);
+    EXPECT(it0 && it0->iter == 1 && !model_rank_iter(&m->ranks[1], 2), "model_rank_iter");
     EXPECT(facts_blocking_bucket(&m->ranks[0], it0) == 0, "rank 0's bucket 0 blocks");
     EXPECT(facts_blocking_bucket(&m->ranks[1], it1) == -1, "nothing blocks on rank 1");
     int pending[69];
@@ -122,7 +122,7 @@ static void test_facts(const Model *m) {
     now = facts_rank_now(m, 1, FIX_T0 + 2600000000); // in iteration 1's backward
     EXPECT(now.state == RANK_RUNNING && now.iter == 1 && now.phase == PROBE_PHASE_BACKWARD &&
                now.coll_seq == 11,
-           "rank 1 at +2.6 s: %s iter %lld phase %d coll %lld", facts_state_name(now.state),
+           "rank 1 at +2.6 s: %s iter %lld phase %d coll %lld", model_state_name(now.state),
            (long long)now.iter, now.phase, (long long)now.coll_seq);
     now = facts_rank_now(m, 1, FIX_T0 + 2001000000); // inside the bucket_indices broadcast
     EXPECT(now.state == RANK_WAITING && now.wait_seq == 8, "rank 1 at +2.001 s waits in #8: %lld",

@@ -83,29 +83,11 @@ void coll_text(char *out, size_t len, const ModelCollective *c) {
 
 // ---- the model, read the way the rules need it ---------------------------------------------
 
-// The collective rank r issued as number seq, or NULL. colls are in launch order, and seq
-// grows with it.
-const ModelCollective *coll_at(const ModelRank *r, int64_t seq) {
-    int lo = 0, hi = r->n_colls;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (r->colls[mid].seq < seq)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->n_colls && r->colls[lo].seq == seq ? &r->colls[lo] : NULL;
-}
-
-const ModelLayout *layout_of(const ModelRank *r, const ModelIter *it) {
-    return it && it->layout >= 0 && it->layout < r->n_layouts ? &r->layouts[it->layout] : NULL;
-}
-
 // Whether parameter p is one DDP expects a gradient for at this iteration: in the layout in
 // effect (frozen parameters are in none), or any parameter when no layout was recorded.
 uint8_t *expected_bits(const Model *m, const ModelRank *r, const ModelIter *it) {
     uint8_t *bits = xcalloc((size_t)(m->n_params + 7) / 8 + 1, 1);
-    const ModelLayout *l = layout_of(r, it);
+    const ModelLayout *l = model_rank_layout(r, it);
     for (int p = 0; p < m->n_params; p++)
         if (!l) bits[p >> 3] |= (uint8_t)(1u << (p & 7));
     for (int k = 0; l && k < l->start[l->n_buckets]; k++)
@@ -275,7 +257,7 @@ static void rule_dead(Diag *d) {
         for (int o = 0; o < m->world; o++) {
             const ModelRank *om = &m->ranks[o];
             if (o == r || !om->present || om->pending_seq <= last_seq) continue;
-            const ModelCollective *c = coll_at(om, om->pending_seq);
+            const ModelCollective *c = model_rank_coll(om, om->pending_seq);
             char a[96];
             coll_text(a, sizeof a, c);
             if (!f->seq) f->seq = om->pending_seq;
@@ -308,7 +290,7 @@ static void rule_mismatch(Diag *d) {
         const ModelCollective *ref = NULL;
         bool differs = false;
         for (int r = 0; r < m->world && !differs; r++) {
-            const ModelCollective *c = m->ranks[r].present ? coll_at(&m->ranks[r], s) : NULL;
+            const ModelCollective *c = m->ranks[r].present ? model_rank_coll(&m->ranks[r], s) : NULL;
             if (!c) continue;
             if (!ref)
                 ref = c;
@@ -321,19 +303,19 @@ static void rule_mismatch(Diag *d) {
         Str ex = {0}, lines = {0};
         int n_kinds = 0;
         for (int r = 0; r < m->world; r++) { // one line per distinct collective, with its ranks
-            const ModelCollective *c = m->ranks[r].present ? coll_at(&m->ranks[r], s) : NULL;
+            const ModelCollective *c = m->ranks[r].present ? model_rank_coll(&m->ranks[r], s) : NULL;
             if (!c) continue;
             add_rank(f, r);
             bool seen = false;
             for (int o = 0; o < r && !seen; o++) {
-                const ModelCollective *p = m->ranks[o].present ? coll_at(&m->ranks[o], s) : NULL;
+                const ModelCollective *p = m->ranks[o].present ? model_rank_coll(&m->ranks[o], s) : NULL;
                 seen = p && p->op == c->op && p->numel == c->numel && !strcmp(p->what, c->what);
             }
             if (seen) continue;
             int *who = xcalloc((size_t)m->world, sizeof(int));
             int n_who = 0;
             for (int o = r; o < m->world; o++) {
-                const ModelCollective *p = m->ranks[o].present ? coll_at(&m->ranks[o], s) : NULL;
+                const ModelCollective *p = m->ranks[o].present ? model_rank_coll(&m->ranks[o], s) : NULL;
                 if (p && p->op == c->op && p->numel == c->numel && !strcmp(p->what, c->what))
                     who[n_who++] = o;
             }
@@ -426,7 +408,7 @@ static void rule_straggler(Diag *d) {
         bool all = true;
         for (int r = 0; r < m->world && all; r++) {
             if (!m->ranks[r].present) continue;
-            const ModelCollective *o = coll_at(&m->ranks[r], c->seq);
+            const ModelCollective *o = model_rank_coll(&m->ranks[r], c->seq);
             all = o && o->op == c->op && o->numel == c->numel;
             if (!all) break;
             t_min = MIN(t_min, o->t_launch_ns);

@@ -79,7 +79,7 @@ static void explain_unused_cause(Str *ex, const Model *m, const int *miss, int n
 static int explain_buckets(Str *ex, const Model *m, int r0, const ModelIter *it,
                            const uint8_t *miss) {
     const ModelRank *mr = &m->ranks[r0];
-    const ModelLayout *l = layout_of(mr, it);
+    const ModelLayout *l = model_rank_layout(mr, it);
     if (!l) return -1;
     int k = -1;
     for (int b = 0; b < l->n_buckets && k < 0; b++)
@@ -207,11 +207,11 @@ void rule_unused(Diag *d) {
         for (int k = 0; k < n_rep && f->bucket >= 0; k++) {
             const ModelIter *it = model_iter(m, rep[k], i);
             const ModelRank *mr = &m->ranks[rep[k]];
-            if (!layout_of(mr, it) || f->bucket >= layout_of(mr, it)->n_buckets ||
+            if (!model_rank_layout(mr, it) || f->bucket >= model_rank_layout(mr, it)->n_buckets ||
                 !it->bucket_seq[f->bucket])
                 continue;
             int64_t seq = it->bucket_seq[f->bucket];
-            const ModelCollective *c = coll_at(mr, seq);
+            const ModelCollective *c = model_rank_coll(mr, seq);
             if (!f->seq) f->seq = seq;
             str_addf(&ex,
                      "rank %d launched bucket %d's allreduce as collective #%lld (%lld elements)",
@@ -420,7 +420,7 @@ void rule_skipped_backward(Diag *d) {
                      r, (long long)it->iter, (long long)it->iter);
             int n_launched = 0;
             int64_t first_seq = 0;
-            const ModelLayout *ol = layout_of(om, oi);
+            const ModelLayout *ol = model_rank_layout(om, oi);
             for (int b = 0; ol && b < ol->n_buckets; b++)
                 if (oi->bucket_seq[b]) {
                     if (!first_seq || oi->bucket_seq[b] < first_seq) {
@@ -432,8 +432,8 @@ void rule_skipped_backward(Diag *d) {
             if (n_launched) str_addf(&ex, ", while rank %d launched %d", other, n_launched);
             str_addf(&ex, ".\n");
             f->seq = first_seq;
-            const ModelCollective *mine = first_seq ? coll_at(mr, first_seq) : NULL;
-            const ModelCollective *theirs = first_seq ? coll_at(om, first_seq) : NULL;
+            const ModelCollective *mine = first_seq ? model_rank_coll(mr, first_seq) : NULL;
+            const ModelCollective *theirs = first_seq ? model_rank_coll(om, first_seq) : NULL;
             if (mine && theirs) {
                 char a[96], b[96];
                 coll_text(a, sizeof a, mine);
@@ -508,7 +508,7 @@ void rule_no_sync(Diag *d) {
             "%d and launched ",
             (long long)i, who_q, qi->n_grad_ready, who_s, si->n_marked);
         const ModelRank *sr = &m->ranks[synced[0]];
-        const ModelLayout *l = layout_of(sr, si);
+        const ModelLayout *l = model_rank_layout(sr, si);
         int n_launched = 0;
         for (int b = 0; l && b < l->n_buckets; b++)
             if (si->bucket_seq[b]) {
@@ -517,8 +517,8 @@ void rule_no_sync(Diag *d) {
                 n_launched++;
             }
         str_addf(&ex, "%d. ", n_launched);
-        const ModelCollective *mine = f->seq ? coll_at(&m->ranks[quiet[0]], f->seq) : NULL;
-        const ModelCollective *theirs = f->seq ? coll_at(sr, f->seq) : NULL;
+        const ModelCollective *mine = f->seq ? model_rank_coll(&m->ranks[quiet[0]], f->seq) : NULL;
+        const ModelCollective *theirs = f->seq ? model_rank_coll(sr, f->seq) : NULL;
         if (mine && theirs) {
             char a[96], b[96];
             coll_text(a, sizeof a, mine);
@@ -584,7 +584,7 @@ void rule_uneven(Diag *d) {
         const ModelRank *lr = &m->ranks[long_rank];
         for (int k = 0; k < lr->n_colls; k++)
             if (lr->colls[k].iter == last->iter + 1) {
-                const ModelCollective *mine = coll_at(mr, lr->colls[k].seq);
+                const ModelCollective *mine = model_rank_coll(mr, lr->colls[k].seq);
                 char a[96], b[96];
                 coll_text(a, sizeof a, &lr->colls[k]);
                 coll_text(b, sizeof b, mine);

@@ -23,9 +23,6 @@ void ranks_text(char *out, size_t len, const int *ranks, int n);
 // "allreduce of bucket 0, 264524 elements", "broadcast of buffers, 9264 elements"
 void coll_text(char *out, size_t len, const ModelCollective *c);
 
-// The collective rank r issued as number seq, or NULL.
-const ModelCollective *coll_at(const ModelRank *r, int64_t seq);
-const ModelLayout *layout_of(const ModelRank *r, const ModelIter *it);
 // The parameters DDP expects a gradient for at it (its layout's; all without one), as bits.
 uint8_t *expected_bits(const Model *m, const ModelRank *r, const ModelIter *it);
 bool names_contain(const Model *m, const int *params, int n, const char *part);

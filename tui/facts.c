@@ -7,71 +7,10 @@
 #include "kernels/base.h" // MIN, MAX
 #include "probe/probe.h"  // ProbePhase, ProbeOp
 
-const ModelIter *facts_iter(const ModelRank *rk, int64_t iter) {
-    int lo = 0, hi = rk->n_iters - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (rk->iters[mid].iter == iter) return &rk->iters[mid];
-        if (rk->iters[mid].iter < iter)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return NULL;
-}
-
-const ModelLayout *facts_layout(const ModelRank *rk, const ModelIter *it) {
-    if (!it || it->layout < 0 || it->layout >= rk->n_layouts) return NULL;
-    return &rk->layouts[it->layout];
-}
-
-const ModelCollective *facts_coll(const ModelRank *rk, int64_t seq) {
-    int lo = 0, hi = rk->n_colls - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (rk->colls[mid].seq == seq) return &rk->colls[mid];
-        if (rk->colls[mid].seq < seq)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return NULL;
-}
-
 const char *facts_phase_name(int phase) {
     static const char *names[] = {"idle",    "startup", "data",     "forward",    "backward",
                                   "in coll", "optim",   "validate", "checkpoint", "done"};
     return phase >= 0 && phase < (int)(sizeof names / sizeof *names) ? names[phase] : "?";
-}
-
-const char *facts_op_name(int op) {
-    switch (op) {
-    case PROBE_OP_ALLREDUCE:
-        return "allreduce";
-    case PROBE_OP_BROADCAST:
-        return "broadcast";
-    case PROBE_OP_ALLGATHER:
-        return "allgather";
-    case PROBE_OP_BARRIER:
-        return "barrier";
-    }
-    return "?";
-}
-
-const char *facts_state_name(RankState state) {
-    switch (state) {
-    case RANK_RUNNING:
-        return "running";
-    case RANK_WAITING:
-        return "waiting";
-    case RANK_FINISHED:
-        return "finished";
-    case RANK_ERRORED:
-        return "errored";
-    case RANK_DEAD:
-        return "dead";
-    }
-    return "?";
 }
 
 // Start of an iteration: its first recorded time.
@@ -114,7 +53,7 @@ RankNow facts_rank_now(const Model *m, int r, int64_t t_ns) {
         if (rk->state == RANK_WAITING) {
             now.wait_seq = rk->wait_seq;
             now.wait_since_ns = rk->phase_t_ns;
-            now.wait = facts_coll(rk, rk->wait_seq);
+            now.wait = model_rank_coll(rk, rk->wait_seq);
         }
         return now;
     }
@@ -161,7 +100,7 @@ RankNow facts_rank_now(const Model *m, int r, int64_t t_ns) {
 }
 
 int facts_blocking_bucket(const ModelRank *rk, const ModelIter *it) {
-    const ModelLayout *l = facts_layout(rk, it);
+    const ModelLayout *l = model_rank_layout(rk, it);
     if (!l || !it->t_backward_ns || !it->bucket_ready || !it->bucket_launch_ns) return -1;
     int first_unlaunched = -1;
     for (int b = 0; b < l->n_buckets; b++) {
@@ -174,7 +113,7 @@ int facts_blocking_bucket(const ModelRank *rk, const ModelIter *it) {
 }
 
 int facts_first_unlaunched(const ModelRank *rk, const ModelIter *it) {
-    const ModelLayout *l = facts_layout(rk, it);
+    const ModelLayout *l = model_rank_layout(rk, it);
     if (!l || !it->t_backward_ns || !it->bucket_launch_ns) return -1;
     for (int b = 0; b < l->n_buckets; b++)
         if (!it->bucket_launch_ns[b]) return b;
@@ -182,7 +121,7 @@ int facts_first_unlaunched(const ModelRank *rk, const ModelIter *it) {
 }
 
 int facts_pending(const ModelRank *rk, const ModelIter *it, int b, int *out, int cap) {
-    const ModelLayout *l = facts_layout(rk, it);
+    const ModelLayout *l = model_rank_layout(rk, it);
     if (!l || b < 0 || b >= l->n_buckets) return 0;
     int n = 0;
     for (int k = l->start[b]; k < l->start[b + 1]; k++) {
@@ -201,10 +140,10 @@ static bool same_collective(const ModelCollective *a, const ModelCollective *b) 
 
 static void describe(const ModelCollective *c, char *buf, size_t n) {
     if (c->bucket >= 0)
-        snprintf(buf, n, "#%lld (%s bucket %d)", (long long)c->seq, facts_op_name(c->op),
+        snprintf(buf, n, "#%lld (%s bucket %d)", (long long)c->seq, model_op_name(c->op),
                  c->bucket);
     else
-        snprintf(buf, n, "#%lld (%s %s)", (long long)c->seq, facts_op_name(c->op), c->what);
+        snprintf(buf, n, "#%lld (%s %s)", (long long)c->seq, model_op_name(c->op), c->what);
 }
 
 int64_t facts_first_divergence(const Model *m, int64_t t_ns, char *why, size_t n) {
@@ -328,7 +267,7 @@ char *facts_first_sentence(const char *text, char *buf, size_t n) {
 // The rank that holds up collective seq: the first stopped-or-running rank that never issued it.
 static int holder_of(const Model *m, int64_t seq) {
     for (int r = 0; r < m->world; r++)
-        if (m->ranks[r].present && !facts_coll(&m->ranks[r], seq)) return r;
+        if (m->ranks[r].present && !model_rank_coll(&m->ranks[r], seq)) return r;
     return -1;
 }
 
@@ -348,7 +287,7 @@ static void append_holder(const Model *m, const ModelCollective *c, int64_t t_ns
         return;
     }
     const ModelRank *hk = &m->ranks[h];
-    const ModelIter *it = facts_iter(hk, c->iter);
+    const ModelIter *it = model_rank_iter(hk, c->iter);
     int b = it ? facts_blocking_bucket(hk, it) : -1;
     if (b < 0 && c->bucket >= 0 && it) b = c->bucket;
     int pending = b >= 0 ? facts_pending(hk, it, b, NULL, 0) : 0;
@@ -408,7 +347,7 @@ BannerKind facts_banner(const Model *m, int64_t t_ns, int64_t now_ns, char *text
     }
     if (errored >= 0) {
         const ModelRank *rk = &m->ranks[errored];
-        const ModelIter *prev = facts_iter(rk, rk->error_iter - 1);
+        const ModelIter *prev = model_rank_iter(rk, rk->error_iter - 1);
         int b = prev && !prev->finalized ? facts_first_unlaunched(rk, prev) : -1;
         char first[200];
         if (b >= 0) {

@@ -1,9 +1,9 @@
 /* facts.h -- what the views read off a Model (tui/model.h): a rank's state as of a time, the
  * bucket that blocks all later ones, the parameters a bucket still waits for, a collective by
  * sequence number, the first divergence of the ranks' collective sequences, the banner, and the
- * number formats the views share. Pure functions of the Model; nothing here allocates. The
- * views link against this file and never against model.c, so that the render tests can build a
- * Model by hand. */
+ * number formats the views share. Pure functions of the Model; nothing here allocates. Lookups
+ * and names come from the model's own accessors (model_rank_iter, model_op_name, ...:
+ * model_fold.c, which needs no database), so the render tests still build a Model by hand. */
 #ifndef TUI_FACTS_H
 #define TUI_FACTS_H
 
@@ -17,20 +17,12 @@ enum {
     FACTS_HANG_WAIT_S = 5, // a rank waiting this long while no rank works is a hang
 };
 
-// rk's ModelIter at iter (binary search: iters ascend), or NULL. The same contract as
-// model_iter, kept here so that the views do not need model.c.
-const ModelIter *facts_iter(const ModelRank *rk, int64_t iter);
-// The layout in effect in it, or NULL.
-const ModelLayout *facts_layout(const ModelRank *rk, const ModelIter *it);
 static inline int facts_bucket_size(const ModelLayout *l, int b) {
     return l->start[b + 1] - l->start[b];
 }
-// rk's collective with that sequence number (binary search: seqs ascend in launch order), or NULL.
-const ModelCollective *facts_coll(const ModelRank *rk, int64_t seq);
 
+// The Ranks view's short phase labels ("in coll" fits the column); elsewhere model_phase_name.
 const char *facts_phase_name(int phase); // "backward"
-const char *facts_op_name(int op);       // "allreduce"
-const char *facts_state_name(RankState state);
 
 // A rank as of time t_ns. At or after the rank's newest event these are the Model's own fields;
 // before it they are reconstructed from the iteration and collective times (a rank is waiting

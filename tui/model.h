@@ -153,6 +153,11 @@ static inline bool model_bit(const uint8_t *bits, int i) { return bits && (bits[
 
 // The ModelIter of rank r at iteration iter, or NULL.
 const ModelIter *model_iter(const Model *m, int r, int64_t iter);
+// The same lookups on one rank (binary searches: iters ascend by iteration, colls by seq):
+// its iteration iter, its collective number seq, the layout in effect at it; NULL when none.
+const ModelIter *model_rank_iter(const ModelRank *rk, int64_t iter);
+const ModelCollective *model_rank_coll(const ModelRank *rk, int64_t seq);
+const ModelLayout *model_rank_layout(const ModelRank *rk, const ModelIter *it);
 
 // Names for reports and views: "allreduce", "forward", "waiting"; "?" for an unknown value.
 const char *model_op_name(int op);

@@ -124,18 +124,36 @@ void fold_grow_bitmaps(ModelRank *r, RankLoader *L, int bytes) {
     L->bitmap_bytes = bytes;
 }
 
-const ModelIter *model_iter(const Model *m, int r, int64_t iter) {
-    if (r < 0 || r >= m->world) return NULL;
-    const ModelRank *mr = &m->ranks[r];
-    int lo = 0, hi = mr->n_iters;
+const ModelIter *model_rank_iter(const ModelRank *rk, int64_t iter) {
+    int lo = 0, hi = rk->n_iters;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (mr->iters[mid].iter < iter)
+        if (rk->iters[mid].iter < iter)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < mr->n_iters && mr->iters[lo].iter == iter ? &mr->iters[lo] : NULL;
+    return lo < rk->n_iters && rk->iters[lo].iter == iter ? &rk->iters[lo] : NULL;
+}
+
+const ModelIter *model_iter(const Model *m, int r, int64_t iter) {
+    return r >= 0 && r < m->world ? model_rank_iter(&m->ranks[r], iter) : NULL;
+}
+
+const ModelCollective *model_rank_coll(const ModelRank *rk, int64_t seq) {
+    int lo = 0, hi = rk->n_colls;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (rk->colls[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < rk->n_colls && rk->colls[lo].seq == seq ? &rk->colls[lo] : NULL;
+}
+
+const ModelLayout *model_rank_layout(const ModelRank *rk, const ModelIter *it) {
+    return it && it->layout >= 0 && it->layout < rk->n_layouts ? &rk->layouts[it->layout] : NULL;
 }
 
 // ---- layouts -------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ static void reset(Teach *t, const Model *m) {
         uint8_t *marked = tr->marked;
         *tr = (TeachRank){.iter = -1, .bucket_of = bucket_of, .pending = pending, .marked = marked};
         memset(tr->marked, 0, (size_t)(t->n_params + 7) / 8 + 1);
-        const ModelIter *it = facts_iter(rk, t->iter_lo);
+        const ModelIter *it = model_rank_iter(rk, t->iter_lo);
         int layout = it ? it->layout : layout_of_generation(rk, 0);
         use_layout(tr, rk, layout, t->n_params);
     }
@@ -249,9 +249,9 @@ void teach_describe(const Teach *t, const Model *m, int i, char *buf, size_t n) 
     case PROBE_COLL_LAUNCH:
     case PROBE_COLL_DONE:
         if (e->b >= 0)
-            snprintf(p, rest, "#%lld %s bucket %d", (long long)e->c, facts_op_name(e->a), e->b);
+            snprintf(p, rest, "#%lld %s bucket %d", (long long)e->c, model_op_name(e->a), e->b);
         else
-            snprintf(p, rest, "#%lld %s %s", (long long)e->c, facts_op_name(e->a),
+            snprintf(p, rest, "#%lld %s %s", (long long)e->c, model_op_name(e->a),
                      e->text ? e->text : "");
         if (e->kind == PROBE_COLL_DONE && !(e->flags & PROBE_FLAG_OK))
             strncat(p, " FAILED", rest - strlen(p) - 1);
@@ -296,7 +296,7 @@ static void who_launched(const Model *m, int64_t seq, int64_t t, int *yes, int *
                          int *n_no) {
     *n_yes = *n_no = 0;
     for (int r = 0; r < m->world; r++) {
-        const ModelCollective *c = m->ranks[r].present ? facts_coll(&m->ranks[r], seq) : NULL;
+        const ModelCollective *c = m->ranks[r].present ? model_rank_coll(&m->ranks[r], seq) : NULL;
         if (c && c->t_launch_ns <= t)
             yes[(*n_yes)++] = r;
         else
@@ -433,7 +433,7 @@ static void explain_event(Text *x, const Teach *t, const Model *m) {
                 "meanwhile. ",
                 r, (long long)e->c, e->b, (long long)e->d);
         else
-            say(x, "Rank %d enters %s #%lld (%s). %s ", r, facts_op_name(e->a), (long long)e->c,
+            say(x, "Rank %d enters %s #%lld (%s). %s ", r, model_op_name(e->a), (long long)e->c,
                 e->text ? e->text : "", what_collective(e->text));
         say(x,
             "Collectives are matched by their order on the group, not by name: every rank must "
@@ -547,7 +547,7 @@ static void explain_rank(Text *x, const Teach *t, const Model *m, int r, int64_t
         if (o->b >= 0)
             say(x, "allreduce #%lld (bucket %d) in flight", (long long)o->c, o->b);
         else
-            say(x, "in %s #%lld (%s)", facts_op_name(o->a), (long long)o->c,
+            say(x, "in %s #%lld (%s)", model_op_name(o->a), (long long)o->c,
                 o->text ? o->text : "");
         if (nn) {
             char nl[64];

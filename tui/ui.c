@@ -78,7 +78,7 @@ static int64_t unfinished_iteration(const Model *m, int *rank) {
     // the rank that holds the others up: a blocking bucket, else the fewest parameters marked
     int who = -1, fewest = 1 << 30;
     for (int r = 0; best >= 0 && r < m->world; r++) {
-        const ModelIter *it = facts_iter(&m->ranks[r], best);
+        const ModelIter *it = model_rank_iter(&m->ranks[r], best);
         if (!it || !it->t_backward_ns) continue;
         int score = facts_blocking_bucket(&m->ranks[r], it) >= 0 ? -1 : it->n_marked;
         if (score < fewest) fewest = score, who = r;

@@ -26,8 +26,8 @@ static CellState cell_state(const ModelIter *it, const ModelLayout *l, int b, in
 
 static void buckets_side(Screen *s, Rect side, const Model *m, const Ui *ui, int64_t t) {
     const ModelRank *rk = &m->ranks[ui->rank];
-    const ModelIter *it = facts_iter(rk, ui->iter);
-    const ModelLayout *l = facts_layout(rk, it);
+    const ModelIter *it = model_rank_iter(rk, ui->iter);
+    const ModelLayout *l = model_rank_layout(rk, it);
     char title[128];
     snprintf(title, sizeof title, "rank %d, iteration %lld, bucket %d", ui->rank,
              (long long)ui->iter, ui->bucket);
@@ -84,8 +84,8 @@ void view_buckets(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     c->sel = ui->rank;
     int max_buckets = 0, generation = -1;
     for (int rank = 0; rank < m->world; rank++) {
-        const ModelIter *it = facts_iter(&m->ranks[rank], ui->iter);
-        const ModelLayout *l = facts_layout(&m->ranks[rank], it);
+        const ModelIter *it = model_rank_iter(&m->ranks[rank], ui->iter);
+        const ModelLayout *l = model_rank_layout(&m->ranks[rank], it);
         if (l && l->n_buckets > max_buckets) max_buckets = l->n_buckets, generation = l->generation;
     }
     r = view_context(
@@ -110,8 +110,8 @@ void view_buckets(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     for (int i = 0; i < r.h - 1 && c->top + i < m->world; i++) {
         int rank = c->top + i, row = i + 1;
         const ModelRank *rk = &m->ranks[rank];
-        const ModelIter *it = facts_iter(rk, ui->iter);
-        const ModelLayout *l = facts_layout(rk, it);
+        const ModelIter *it = model_rank_iter(rk, ui->iter);
+        const ModelLayout *l = model_rank_layout(rk, it);
         rect_printf(s, r, row, 0, ST_NORMAL, "%5d", rank);
         if (!l || !it->t_backward_ns) {
             rect_put(s, r, row, RANK_W, ST_DIM,

@@ -29,7 +29,7 @@ static const char *op_short(int op) {
 
 // The collective as rank rk had it at t: NULL when not launched by then.
 static const ModelCollective *coll_at(const ModelRank *rk, int64_t seq, int64_t t) {
-    const ModelCollective *c = rk->present ? facts_coll(rk, seq) : NULL;
+    const ModelCollective *c = rk->present ? model_rank_coll(rk, seq) : NULL;
     return c && c->t_launch_ns <= t ? c : NULL;
 }
 
@@ -142,7 +142,7 @@ void view_collectives(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
 void view_collectives_enter(Ui *ui, const Model *m) {
     int64_t seq = ui->cur[VIEW_COLLECTIVES].sel + 1;
     for (int rank = 0; rank < m->world; rank++) {
-        const ModelCollective *c = m->ranks[rank].present ? facts_coll(&m->ranks[rank], seq) : NULL;
+        const ModelCollective *c = m->ranks[rank].present ? model_rank_coll(&m->ranks[rank], seq) : NULL;
         if (!c || c->bucket < 0) continue;
         ui->back_view = VIEW_COLLECTIVES;
         ui->view = VIEW_BUCKETS;

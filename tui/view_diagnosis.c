@@ -39,10 +39,10 @@ static int facts_only(Screen *s, Rect r, int y, const Model *m, const Ui *ui) {
                      (long long)rk->error_iter);
             y = block(s, r, y, ST_BOLD, title, rk->error);
         }
-        const ModelIter *it = facts_iter(rk, ui->iter);
+        const ModelIter *it = model_rank_iter(rk, ui->iter);
         int b = it ? facts_blocking_bucket(rk, it) : -1;
         if (b < 0) continue;
-        const ModelLayout *l = facts_layout(rk, it);
+        const ModelLayout *l = model_rank_layout(rk, it);
         int total = facts_bucket_size(l, b);
         int *pending = xmalloc((size_t)MAX(total, 1) * sizeof(int));
         int n = facts_pending(rk, it, b, pending, total);

@@ -24,7 +24,7 @@ static void reported_by(const Model *m, int64_t iter, int skip, const int *idx, 
     int *ranks = xmalloc((size_t)MAX(m->world, 1) * sizeof(int)), k = 0;
     for (int r = 0; r < m->world; r++) {
         if (r == skip) continue;
-        const ModelIter *it = facts_iter(&m->ranks[r], iter);
+        const ModelIter *it = model_rank_iter(&m->ranks[r], iter);
         if (!it || !it->t_backward_ns) continue;
         bool all = true;
         for (int i = 0; i < n && all; i++)
@@ -86,8 +86,8 @@ void view_params(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     Rect r = lay->main;
     UiCursor *c = &ui->cur[VIEW_PARAMS];
     const ModelRank *rk = &m->ranks[ui->rank];
-    const ModelIter *it = facts_iter(rk, ui->iter);
-    const ModelLayout *l = facts_layout(rk, it);
+    const ModelIter *it = model_rank_iter(rk, ui->iter);
+    const ModelLayout *l = model_rank_layout(rk, it);
     int *idx = xmalloc((size_t)MAX(m->n_params, 1) * sizeof(int)), n = 0;
 
     if (ui->search[0]) { // every matching parameter, one per row

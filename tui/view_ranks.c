@@ -28,10 +28,10 @@ static void coll_text(const ModelCollective *c, int64_t seq, char *buf, size_t n
     if (!c)
         snprintf(buf, n, "collective #%lld", (long long)seq);
     else if (c->bucket >= 0)
-        snprintf(buf, n, "%s #%lld (bucket %d)", facts_op_name(c->op), (long long)c->seq,
+        snprintf(buf, n, "%s #%lld (bucket %d)", model_op_name(c->op), (long long)c->seq,
                  c->bucket);
     else
-        snprintf(buf, n, "%s #%lld (%s)", facts_op_name(c->op), (long long)c->seq, c->what);
+        snprintf(buf, n, "%s #%lld (%s)", model_op_name(c->op), (long long)c->seq, c->what);
 }
 
 // The detail column: what the rank is doing or why it stopped.
@@ -84,9 +84,9 @@ static void ranks_side(Screen *s, Rect side, const Model *m, const Ui *ui, int64
     }
     RankNow now = facts_rank_now(m, ui->rank, t);
     int row = view_para(s, r, 0, ST_NORMAL, "pid %d on %s; %s at iteration %lld, phase %s", rk->pid,
-                        rk->host, facts_state_name(now.state), (long long)now.iter,
+                        rk->host, model_state_name(now.state), (long long)now.iter,
                         facts_phase_name(now.phase));
-    const ModelIter *it = facts_iter(rk, ui->iter);
+    const ModelIter *it = model_rank_iter(rk, ui->iter);
     if (it) {
         char line[256];
         int len =
@@ -139,7 +139,7 @@ void view_ranks(Screen *s, const Layout *l, const Model *m, Ui *ui) {
         rank_detail(m, rank, &now, clock, detail, sizeof detail);
         rect_printf(s, r, row, 0, ST_NORMAL, "%4d", rank);
         rect_put(s, r, row, 6, state_style(now.state),
-                 now.missing ? "missing" : facts_state_name(now.state));
+                 now.missing ? "missing" : model_state_name(now.state));
         rect_printf(s, r, row, 15, ST_NORMAL, "%5s %-9.9s %6s %5s", iter,
                     now.missing ? "-" : facts_phase_name(now.phase), age, seq);
         rect_put_fit(s, r, row, 45, r.w - 45, state_style(now.state) == ST_BAD ? ST_BAD : ST_NORMAL,
