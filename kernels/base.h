@@ -1,16 +1,18 @@
-/* base.h -- the few helpers every layer may use: CHECK, DIE, LOG_*, xmalloc, CEIL_DIV.
+/* base.h -- the few helpers every layer may use: CHECK, DIE, LOG_*, xmalloc, CEIL_DIV, mkdir_p.
  * Header-only, libc only. CHECK is for broken invariants (bugs): it aborts.
  * DIE is for fatal user-facing conditions: it prints and exits with the given status.
  * Not a logging framework: messages go to stderr, one line each. */
 #ifndef KERNELS_BASE_H
 #define KERNELS_BASE_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -67,6 +69,30 @@ static inline char *xstrdup(const char *s) {
     char *p = (char *)xmalloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+// mkdir -p, mode 0777 (the umask decides). Returns 0, or the errno of the first component that
+// failed (ENOTDIR when it exists and is not a folder, ENAMETOOLONG for a path over 4 KiB,
+// ENOENT for ""), and
+// that component's path in failed[0..len) when failed is not NULL.
+static inline int mkdir_p(const char *path, char *failed, size_t len) {
+    char buf[4096];
+    if (!path[0]) return ENOENT;
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return ENAMETOOLONG;
+    for (char *p = buf + 1;; p++) {
+        int end = *p == '\0';
+        if (*p != '/' && !end) continue;
+        *p = '\0';
+        struct stat st;
+        int e = mkdir(buf, 0777) != 0 && errno != EEXIST ? errno : 0;
+        if (!e && (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))) e = ENOTDIR;
+        if (e) {
+            if (failed && len) snprintf(failed, len, "%s", buf);
+            return e;
+        }
+        if (end) return 0;
+        *p = '/';
+    }
 }
 
 #endif

@@ -139,25 +139,6 @@ static void *writer_main(void *arg) {
 
 // ---- open and close ------------------------------------------------------------------------
 
-// mkdir -p; 0 or the errno of the component that failed.
-static int make_dirs(const char *dir) {
-    char path[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path) return n ? ENAMETOOLONG : ENOENT;
-    memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != 0) continue;
-        char keep = path[i];
-        path[i] = 0;
-        struct stat st;
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) return errno;
-        if (stat(path, &st) < 0) return errno;
-        if (!S_ISDIR(st.st_mode)) return ENOTDIR;
-        path[i] = keep;
-    }
-    return 0;
-}
-
 static int write_open_meta(Probe *p, const ProbeConfig *cfg) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -176,7 +157,7 @@ static int write_open_meta(Probe *p, const ProbeConfig *cfg) {
 Probe *probe_open(const ProbeConfig *cfg) {
     const char *dir = cfg->dir && cfg->dir[0] ? cfg->dir : ".";
     char ring_file[4096], db_file[4096], why[4600];
-    int e = make_dirs(dir);
+    int e = mkdir_p(dir, NULL, 0);
     if (e) {
         LOG_WARN(
             "probe: rank %d: cannot write traces to %s: %s; the probe is off, training continues",

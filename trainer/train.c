@@ -106,32 +106,6 @@ static uint64_t rank_seed(const Run *r) {
     return r->world > 1 ? r->c->seed + 1 + (uint64_t)r->rank : r->c->seed;
 }
 
-// mkdir -p. Returns 0, or -1 with a message naming the folder.
-static int make_dirs(const char *path, char *err, size_t errlen) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        snprintf(err, errlen, "out=%s: path too long", path);
-        return -1;
-    }
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-                snprintf(err, errlen, "out=%s: cannot create %s: %s", path, buf, strerror(errno));
-                return -1;
-            }
-            struct stat st;
-            if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-                snprintf(err, errlen, "out=%s: %s is not a folder", path, buf);
-                return -1;
-            }
-            if (end) return 0;
-            *p = '/';
-        }
-    }
-}
-
 // Ultralytics' verify_image_label drops an image it cannot decode with a warning: decodes every
 // image once (in parallel), warns on stderr for each failure and removes it from ds.
 static int drop_corrupt_images(Dataset *ds) {
@@ -335,7 +309,13 @@ static int run_setup(Run *r, char *err, size_t errlen) {
         }
         r->ddp_ok = true;
     }
-    if (make_dirs(c->out_dir, err, errlen)) return -1;
+    char failed[4096];
+    int e = mkdir_p(c->out_dir, failed, sizeof failed);
+    if (e == ENAMETOOLONG) snprintf(err, errlen, "out=%s: path too long", c->out_dir);
+    else if (e == ENOTDIR) snprintf(err, errlen, "out=%s: %s is not a folder", c->out_dir, failed);
+    else if (e)
+        snprintf(err, errlen, "out=%s: cannot create %s: %s", c->out_dir, failed, strerror(e));
+    if (e) return -1;
     snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
     snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
 

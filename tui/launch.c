@@ -303,21 +303,6 @@ static pid_t spawn_rank(const LaunchOptions *opt, const char *program, const cha
 
 // ---- the trace directory ---------------------------------------------------------------------
 
-// mkdir -p; 0 or -1 with errno.
-static int make_dirs(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-            if (end) return 0;
-            *p = '/';
-        }
-    }
-}
-
 // traces/<YYYYmmdd-HHMMSS>-<model>, the model's file name without ".yaml" (or "run").
 static void default_trace_dir(const LaunchOptions *opt, char *out, size_t len) {
     const char *model = "run";
@@ -623,9 +608,10 @@ int launch_run_command(int argc, char **argv) {
     if (!opt.no_trace) {
         if (opt.trace_dir) snprintf(trace_dir, sizeof trace_dir, "%s", opt.trace_dir);
         else default_trace_dir(&opt, trace_dir, sizeof trace_dir);
-        if (make_dirs(trace_dir)) {
+        int e = mkdir_p(trace_dir, NULL, 0);
+        if (e) {
             fprintf(stderr, "ddpdbg run: --trace %s: cannot create it: %s\n", trace_dir,
-                    strerror(errno));
+                    strerror(e));
             return 2;
         }
         setenv("DDPDBG_TRACE_DIR", trace_dir, 1); // every rank inherits it
