@@ -185,9 +185,13 @@ examples: $(TRAIN) $(BIN)/ddpdbg
 # from its seeds (the repo's own files, real rings and a small trace made by fuzz_seeds, and any
 # reproducer kept in tests/fixtures/fuzz/<name>/) plus what earlier runs found
 # ($(FUZZ)/corpus/<name>). A crash, leak, undefined behaviour, timeout or broken contract fails
-# the target; its input stays in $(FUZZ)/crash/<name>/ (rerun: $(FUZZ)/fuzz_<name> FILE).
+# the target; its input stays in $(FUZZ)/crash/<name>/ (rerun: $(FUZZ)/fuzz_<name> FILE); a
+# crash worth keeping becomes a seed in tests/fixtures/fuzz/<name>/. FUZZ_SEED=N fixes
+# libFuzzer's random seed, so that the same inputs are tried first on every run (CI's setting:
+# its verdict on a commit does not depend on the draw); unset, every run explores afresh.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 20
+FUZZ_SEED    ?=
 FUZZ         := build/fuzz
 FUZZ_NAMES   := yaml labels fault trace ring
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -261,7 +265,7 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	base=/dev/shm; [ -d $$base ] && [ -w $$base ] || base=$${TMPDIR:-/tmp}; \
 	failed=; run() { t=$$1; scratch=$$(mktemp -d -p $$base ddpdbg-fuzz-run.XXXXXX) || exit 1; \
 	  TMPDIR=$$scratch ASAN_OPTIONS=detect_leaks=1 $(FUZZ)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	    -rss_limit_mb=2048 -max_len=$$2 $$(grep -q . $(FUZZ)/seed/$$t.dict && echo -dict=$(FUZZ)/seed/$$t.dict) \
+	    $(if $(FUZZ_SEED),-seed=$(FUZZ_SEED)) -rss_limit_mb=2048 -max_len=$$2 $$(grep -q . $(FUZZ)/seed/$$t.dict && echo -dict=$(FUZZ)/seed/$$t.dict) \
 	    -print_final_stats=1 -artifact_prefix=$(FUZZ)/crash/$$t/ \
 	    $(FUZZ)/corpus/$$t $(FUZZ)/seed/$$t >$(FUZZ)/$$t.log 2>&1; \
 	  rc=$$?; rm -rf $$scratch; runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ)/$$t.log); \

@@ -216,7 +216,7 @@ typedef struct ProbeDrainReport {
 // the ring whose seq is above the database's last one, and records what it did in table meta
 // (drain_inserted, drain_in_flight, overruns). Only for a ring whose process has exited.
 // report may be NULL. Returns 0, or -1 with one line in err (truncated or foreign ring,
-// corrupt or newer database).
+// corrupt or newer database, or one whose indexes disagree with their tables).
 int probe_drain(const char *ring_path, const char *db_path, ProbeDrainReport *report, char *err,
                 size_t errlen);
 // Checks that path is a readable trace this build understands: a SQLite database (opened

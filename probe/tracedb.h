@@ -15,8 +15,9 @@ typedef struct TraceDb TraceDb;
 // Creates a fresh trace at path (an old one and its -wal/-shm files are removed first), in WAL
 // mode. NULL with err on failure.
 TraceDb *tracedb_create(const char *path, char *err, size_t errlen);
-// Opens an existing trace read-write after probe_db_check, or creates it when path does not
-// exist. NULL with err on failure.
+// Opens an existing trace read-write after probe_db_check's tests with integrity_check in place
+// of quick_check (an index that disagrees with its table is refused: writing through it would
+// corrupt the table), or creates it when path does not exist. NULL with err on failure.
 TraceDb *tracedb_open(const char *path, char *err, size_t errlen);
 // Closes; self_contained first leaves WAL mode, so that the result is one file that any
 // reader (even on read-only media) can open. NULL is a no-op.
