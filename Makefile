@@ -93,7 +93,8 @@ TUI      := $(wildcard tui/*.c)
 VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
 
 .PHONY: all test debug bench deps golden clean help format demo examples
-all: $(TRAIN) $(VIEWER) $(TESTS)
+# The benchmarks are built too (not run): one that no longer compiles shows at once.
+all: $(TRAIN) $(VIEWER) $(TESTS) $(BENCHES)
 
 $(LIB): $(LIBOBJ)
 	$(call Q,AR)rm -f $@ && ar rcs $@ $^

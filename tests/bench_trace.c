@@ -240,7 +240,7 @@ static int probe_on(Rank *k, const Study *st) {
     char *argv[] = {"train", (char *)st->model, imgsz, batch, "bench_trace"};
     pid_t before[MAX_THREADS], after[MAX_THREADS];
     int n_before = list_threads(before, MAX_THREADS);
-    trace_open(&k->trace, st->dir, k->rank, WORLD, 5, argv);
+    trace_open(&k->trace, st->dir, k->rank, WORLD, false, 5, argv);
     int n_after = list_threads(after, MAX_THREADS);
     k->writer_found = new_thread_clock(before, n_before, after, n_after, &k->writer_clock);
     if (!k->trace.probe) {
@@ -318,7 +318,7 @@ static int rank_body(RankCtx *ctx) {
                1e-4, 0.9, 5e-4);
     ema_init(&k->ema, &k->model.reg);
     inputs_init(k, st->batch, st->imgsz);
-    trace_open(&k->trace, NULL, ctx->rank, WORLD, 0, NULL); // off until the first ON block
+    trace_open(&k->trace, NULL, ctx->rank, WORLD, false, 0, NULL); // off until the first ON block
     trace_params(&k->trace, &k->model.reg);
     DdpConfig cfg;
     ddp_config_default(&cfg);

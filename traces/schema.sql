@@ -82,7 +82,9 @@ CREATE TABLE events(
     flags INTEGER NOT NULL,
     text  TEXT
 );
-CREATE INDEX events_iter_kind ON events(iter, kind);
+-- No index besides seq: its upkeep would be a quarter of the writer's cost per row. ddpdbg's
+-- readers find an iteration's rows by seq range; an ad-hoc query by iteration scans the table
+-- (or SQLite builds an automatic index for a join).
 
 -- events with the kind's name, for the sqlite3 command line.
 CREATE VIEW named_events AS

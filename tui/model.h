@@ -76,6 +76,9 @@ typedef struct ModelIter {
     int64_t t_first_ns, t_last_ns; // the iteration's first and last event (any kind but
                                    // HEARTBEAT and HANG): the optimiser step ends at the next
                                    // iteration's t_first_ns
+    int64_t seq_first;       // the seq of that first event: its rows come after it
+    int64_t seq_forward;     // the seq of its FORWARD_BEGIN, 0 if none: the previous
+                             // iteration's hooks (training thread) all come before it
     int n_marked_unused;     // bits in marked_unused
     int n_grad_undefined;    // GRAD_READY hooks that fired with an undefined gradient
     int64_t *bucket_ready_ns; // per bucket: its BUCKET_READY, 0 if never

@@ -407,6 +407,7 @@ void fold_event(ModelRank *r, RankLoader *L, const Event *e) {
     if (e->iter < 0) return; // construction: no iteration
     ModelIter *it = fold_iter(r, L, e->iter);
     if (!it->t_first_ns) it->t_first_ns = e->t;
+    if (!it->seq_first || e->seq < it->seq_first) it->seq_first = e->seq;
     it->t_last_ns = MAX(it->t_last_ns, e->t);
     int n_buckets = it->layout >= 0 ? r->layouts[it->layout].n_buckets : 0;
     bool param_ok = e->a >= 0 && e->a < L->bitmap_bytes * 8 && e->a < r->n_params;
@@ -414,6 +415,7 @@ void fold_event(ModelRank *r, RankLoader *L, const Event *e) {
     switch (e->kind) {
     case PROBE_FORWARD_BEGIN:
         if (!it->t_forward_ns) it->t_forward_ns = e->t;
+        if (!it->seq_forward) it->seq_forward = e->seq;
         break;
     case PROBE_FORWARD_END:
         it->t_forward_end_ns = e->t;

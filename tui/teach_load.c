@@ -60,8 +60,18 @@ static int load_rank(const Model *m, int r, int64_t lo, int64_t hi, TeachEvent *
         sqlite3_close(db);
         return -1;
     }
+    // From the first event of iteration lo on, by seq (the primary key: the trace has no index
+    // on iter); rows of iterations above hi are filtered out as they come.
+    int64_t from_seq = 0;
+    const ModelRank *rk = &m->ranks[r];
+    for (int k = 0; k < rk->n_iters; k++)
+        if (rk->iters[k].iter >= lo && rk->iters[k].seq_first) {
+            from_seq = rk->iters[k].seq_first - 1;
+            break;
+        }
     const char *sql = "SELECT seq, t_ns, iter, kind, a, b, c, d, flags, text FROM events "
-                      "WHERE iter BETWEEN ?1 AND ?2 AND kind NOT IN (?3, ?4, ?5, ?6) ORDER BY seq";
+                      "WHERE seq > ?7 AND iter BETWEEN ?1 AND ?2 AND kind NOT IN (?3, ?4, ?5, ?6) "
+                      "ORDER BY seq";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "%s: not a ddpdbg trace: %s", path, sqlite3_errmsg(db));
         sqlite3_close(db);
@@ -70,6 +80,7 @@ static int load_rank(const Model *m, int r, int64_t lo, int64_t hi, TeachEvent *
     sqlite3_bind_int64(st, 1, lo), sqlite3_bind_int64(st, 2, hi);
     sqlite3_bind_int(st, 3, PROBE_META), sqlite3_bind_int(st, 4, PROBE_PARAM);
     sqlite3_bind_int(st, 5, PROBE_HEARTBEAT), sqlite3_bind_int(st, 6, PROBE_TEXT);
+    sqlite3_bind_int64(st, 7, from_seq);
     int rc, generation = -1;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int kind = sqlite3_column_int(st, 3);
