@@ -154,30 +154,27 @@ golden:
 	/usr/bin/python3 tests/golden/make_loss.py tests/golden
 	/usr/bin/python3 tests/golden/ddp/make_ddp.py
 
-# Example traces, committed under traces/examples/<scenario>/: short real 2-rank runs of
-# rtdetr-tiny (96 px, batch 1, 6 training images, so 3 iterations an epoch) recorded by
-# `ddpdbg run --trace`, then VACUUMed. What each shows: `ddpdbg report traces/examples/X`.
-# A run's own exit status is the scenario's (the field report fails, the hang exits 124), so
-# it is not checked; that every rank wrote its database is.
-EXAMPLES     ?= traces/examples
-, := ,
-EXAMPLE_DATA := build/examples/data
-EXAMPLE_RUN   = rm -rf $(EXAMPLES)/$(1) && timeout -k 5 180 $(BIN)/ddpdbg run --nproc-per-node 2 \
-  --master-port $(2) --no-tui --trace $(EXAMPLES)/$(1) $(3) -- train model=rtdetr-tiny.yaml \
-  data=$(EXAMPLE_DATA)/data.yaml imgsz=96 batch=1 val=false out=build/examples/run-$(1) $(4) \
-  >build/examples/$(1).log 2>&1; \
-  for db in $(EXAMPLES)/$(1)/rank0.db $(EXAMPLES)/$(1)/rank1.db; do \
-    [ -s $$db ] || { echo "examples: $(1): no $$db (log: build/examples/$(1).log)" >&2; exit 1; }; \
-    sqlite3 $$db VACUUM || exit 1; done; \
-  echo "  $(1): $$(du -cb $(EXAMPLES)/$(1)/rank*.db | tail -1 | cut -f1) bytes"
+# Example traces, committed under traces/examples/<scenario>/: every scenario of the failure
+# catalog (`ddpdbg scenario list`, tui/scenario.c: rtdetr-tiny, 2 ranks, 96 px, batch 1) run by
+# `ddpdbg scenario run NAME --trace`, its dataset and checkpoints kept in build/examples/, then
+# each rank's database VACUUMed. A scenario whose diagnosis misses its cause fails the target,
+# and so does a trace above EXAMPLE_MAX_BYTES (all ranks together): they are committed, and read
+# by the post-mortem tests (tests/cli/report.sh, test_diagnose, test_tracemodel). What each one
+# shows: `ddpdbg report traces/examples/NAME`.
+EXAMPLES          ?= traces/examples
+EXAMPLE_MAX_BYTES := 1000000
 examples: $(TRAIN) $(BIN)/ddpdbg
 	@command -v sqlite3 >/dev/null || { echo "examples: needs the sqlite3 command (make deps)" >&2; exit 1; }
-	@mkdir -p build/examples
-	@[ -f $(EXAMPLE_DATA)/data.yaml ] || $(TRAIN) synth out=$(EXAMPLE_DATA) n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
-	@$(call EXAMPLE_RUN,healthy,29611,,epochs=1)
-	@$(call EXAMPLE_RUN,field_report,29612,,epochs=1 fault=nogt:rank=0$(,)iter=1)
-	@$(call EXAMPLE_RUN,find_unused,29613,,epochs=1 fault=nogt:rank=0$(,)iter=1 find_unused_parameters=true)
-	@$(call EXAMPLE_RUN,hang_skip_backward,29614,--hang-timeout 3,epochs=2 fault=skip_backward:rank=1$(,)iter=1)
+	@mkdir -p build/examples && for s in $$($(BIN)/ddpdbg scenario list | cut -d' ' -f1); do \
+	  rm -rf $(EXAMPLES)/$$s build/examples/$$s/run; \
+	  timeout -k 5 300 $(BIN)/ddpdbg scenario run $$s --no-tui --trace $(EXAMPLES)/$$s \
+	    --work build/examples/$$s >build/examples/$$s.log 2>&1 || \
+	    { echo "examples: $$s: the diagnosis missed its cause (log: build/examples/$$s.log)" >&2; exit 1; }; \
+	  for db in $(EXAMPLES)/$$s/rank*.db; do sqlite3 $$db VACUUM || exit 1; done; \
+	  bytes=$$(du -cb $(EXAMPLES)/$$s/rank*.db | tail -1 | cut -f1); echo "  $$s: $$bytes bytes"; \
+	  [ $$bytes -le $(EXAMPLE_MAX_BYTES) ] || \
+	    { echo "examples: $$s: $$bytes bytes, above EXAMPLE_MAX_BYTES=$(EXAMPLE_MAX_BYTES)" >&2; exit 1; }; \
+	done
 
 # --- fuzzing: `make fuzz` -----------------------------------------------------------------------
 # libFuzzer targets (tests/fuzz_<name>.c) under ASan+UBSan, built by Debian's clang into

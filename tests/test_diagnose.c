@@ -92,7 +92,7 @@ static void test_examples(void) {
     }
     done(&m, f, n);
 
-    f = run("traces/examples/hang_skip_backward", &m, &n);
+    f = run("traces/examples/skip_backward", &m, &n);
     EXPECT(n >= 3 && f[0].kind == FINDING_SKIPPED_BACKWARD && f[0].ranks[0] == 1 && f[0].iter == 1,
            "hang: first finding %s", n ? f[0].title : "none");
     int mm = find_kind(f, n, FINDING_COLLECTIVE_MISMATCH), h = find_kind(f, n, FINDING_HANG);

@@ -196,6 +196,13 @@ int export_chrome(const Model *m, FILE *out) {
         if (mr->hang)
             instant(&o, r, 1, true, "hang", MAX(mr->last_heartbeat_ns, mr->last_event_ns),
                     mr->hang);
+        // a rank that died without an error: where its record ends, and how it ended
+        if (mr->state == RANK_DEAD && !mr->error) {
+            char how[160];
+            snprintf(how, sizeof how, "stopped without an error%s%s", mr->exit[0] ? ": " : "",
+                     mr->exit);
+            instant(&o, r, 1, true, "dead", mr->last_event_ns, how);
+        }
     }
     fputs("\n]}\n", out);
     return ferror(out) ? -1 : 0;

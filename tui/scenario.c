@@ -18,6 +18,8 @@
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static const Scenario CATALOG[] = {
+    {"healthy", "two ranks train one epoch without a fault: the diagnosis finds nothing wrong",
+     2, ARGS("epochs=1"), SCENARIO_HEALTHY},
     {"field_report", "rank 0's batch at iteration 1 has no boxes: 25 tensors get no gradient, "
                      "rank 0 raises, rank 1 waits in its allreduce",
      2, ARGS("fault=nogt:rank=0,iter=1"), FINDING_UNUSED_SOME_RANKS},
@@ -75,7 +77,8 @@ static int run_program(char *const *argv, bool quiet) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static int run_scenario(const Scenario *s, const char *trace_dir, bool no_tui) {
+static int run_scenario(const Scenario *s, const char *trace_dir, const char *work_dir,
+                        bool no_tui) {
     char train[PATH_MAX];
     if (launch_rank_program(train, sizeof train)) return 2;
     char dir[PATH_MAX];
@@ -89,12 +92,12 @@ static int run_scenario(const Scenario *s, const char *trace_dir, bool no_tui) {
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
         snprintf(dir, sizeof dir, "traces/%s-scenario-%s", stamp, s->name);
     }
-    // the run's dataset and checkpoints live beside its trace
+    // the run's dataset and checkpoints: in the work directory, else beside the trace
     char data[PATH_MAX + 64], out_dir[PATH_MAX + 64], data_arg[PATH_MAX + 200],
         out_arg[PATH_MAX + 200], yaml[PATH_MAX + 100];
     data_arg[0] = 0;
-    snprintf(data, sizeof data, "%s.data", dir);
-    snprintf(out_dir, sizeof out_dir, "%s.run", dir);
+    snprintf(data, sizeof data, work_dir ? "%s/data" : "%s.data", work_dir ? work_dir : dir);
+    snprintf(out_dir, sizeof out_dir, work_dir ? "%s/run" : "%s.run", work_dir ? work_dir : dir);
     snprintf(data_arg, sizeof data_arg, "out=%s", data);
     snprintf(yaml, sizeof yaml, "%s/data.yaml", data);
     if (access(yaml, R_OK) != 0) {
@@ -142,10 +145,16 @@ static int run_scenario(const Scenario *s, const char *trace_dir, bool no_tui) {
     int n = diagnose(&m, &f);
     report_text(stdout, &m, f, n);
     bool found = false;
-    for (int k = 0; k < n; k++)
+    if (s->expect == SCENARIO_HEALTHY)
+        found = findings_max_severity(f, n) <= SEVERITY_INFO;
+    for (int k = 0; k < n && s->expect != SCENARIO_HEALTHY; k++)
         found |= f[k].kind == s->expect;
-    printf("\nscenario %s: expected %s: %s\n", s->name, finding_kind_name(s->expect),
-           found ? "found" : "NOT FOUND");
+    if (s->expect == SCENARIO_HEALTHY)
+        printf("\nscenario %s: expected nothing wrong: %s\n", s->name,
+               found ? "found" : "NOT FOUND");
+    else
+        printf("\nscenario %s: expected %s: %s\n", s->name, finding_kind_name(s->expect),
+               found ? "found" : "NOT FOUND");
     findings_free(f, n);
     model_free(&m);
     return found ? 0 : 1;
@@ -165,21 +174,23 @@ int scenario_command(int argc, char **argv) {
             fprintf(stderr, "ddpdbg scenario: no scenario '%s' (ddpdbg scenario list)\n", argv[2]);
             return 2;
         }
-        const char *trace = NULL;
+        const char *trace = NULL, *work = NULL;
         bool no_tui = false;
         for (int k = 3; k < argc; k++) {
             if (!strcmp(argv[k], "--no-tui")) no_tui = true;
             else if (!strcmp(argv[k], "--trace") && k + 1 < argc) trace = argv[++k];
             else if (!strncmp(argv[k], "--trace=", 8)) trace = argv[k] + 8;
+            else if (!strcmp(argv[k], "--work") && k + 1 < argc) work = argv[++k];
+            else if (!strncmp(argv[k], "--work=", 7)) work = argv[k] + 7;
             else {
-                fprintf(stderr, "ddpdbg scenario run: unexpected '%s' (expected --no-tui or "
-                                "--trace DIR)\n", argv[k]);
+                fprintf(stderr, "ddpdbg scenario run: unexpected '%s' (expected --no-tui, "
+                                "--trace DIR or --work DIR)\n", argv[k]);
                 return 2;
             }
         }
-        return run_scenario(s, trace, no_tui);
+        return run_scenario(s, trace, work, no_tui);
     }
     fprintf(stderr, "usage: ddpdbg scenario list | ddpdbg scenario run NAME [--no-tui] "
-                    "[--trace DIR]\n");
+                    "[--trace DIR] [--work DIR]\n");
     return 2;
 }

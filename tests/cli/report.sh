@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # report.sh TRAIN -- `ddpdbg report` and `ddpdbg export` on the example traces
-# (traces/examples/, recorded by `make examples`): the text and the JSON equal the goldens in
+# (traces/examples/, one per scenario of `ddpdbg scenario list`, recorded by `make examples`):
+# each names its scenario's cause; the text and the JSON equal the goldens in
 # tests/golden/report/ (durations the records quote, "3.0 s", are masked on both sides so that a
 # re-recorded trace of the same shape still matches), exit 0 healthy / 1 findings; a missing
 # directory, a file, a directory without traces, a non-SQLite rank file and a newer schema are
@@ -38,13 +39,29 @@ refused() {
     grep -qF -- "$want" "$tmp/err" || { echo "FAIL: $what: stderr '$(cat "$tmp/err")' lacks '$want'"; fail=1; }
 }
 
-for s in healthy field_report find_unused hang_skip_backward; do
+# every scenario of the catalog has its example, whose report names the scenario's cause
+"$ddpdbg" scenario list >"$tmp/list" || { echo "FAIL: scenario list"; fail=1; }
+for s in $(cut -d' ' -f1 "$tmp/list"); do
     [ -s "$examples/$s/rank0.db" ] || { echo "FAIL: $examples/$s/rank0.db missing (make examples)"; fail=1; continue; }
     status=1
     case $s in healthy|find_unused) status=0;; esac
     report_is "$s" txt $status
     report_is "$s" json $status
+    case $s in
+        healthy) kind=;; field_report|unused_head) kind=unused_some_ranks;; unused_all) kind=unused_all_ranks;;
+        find_unused) kind=unused_handled;; skip_backward) kind=skipped_backward;; uneven) kind=uneven_batches;;
+        no_sync_one_rank) kind=no_sync_mismatch;; bucket_cap|shape) kind=error;; kill) kind=dead_rank;;
+        straggler) kind=straggler;; *) echo "FAIL: scenario $s has no expected finding here"; fail=1; continue;;
+    esac
+    if [ -n "$kind" ]; then
+        grep -q "\"kind\": \"$kind\"" "$golden/$s.json" ||
+            { echo "FAIL: the report of $s names no $kind finding"; fail=1; }
+    else
+        grep -q '"status": "healthy"' "$golden/$s.json" || { echo "FAIL: healthy is not healthy"; fail=1; }
+    fi
 done
+[ "$(ls -d "$examples"/*/ | wc -l)" -eq "$(wc -l <"$tmp/list")" ] ||
+    { echo "FAIL: traces/examples/ holds $(ls -d "$examples"/*/ | wc -l) traces for $(wc -l <"$tmp/list") scenarios"; fail=1; }
 grep -q "rank 0's batch at iteration 1 had 0 ground-truth boxes, so the box losses were constants" "$golden/field_report.txt" ||
     { echo "FAIL: the field report's golden lacks the cause"; fail=1; }
 grep -q 'model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$golden/field_report.txt" ||
@@ -71,7 +88,7 @@ refused "export to an unwritable file" "cannot write $tmp/no/such/dir.json" expo
 "$ddpdbg" report --help >"$tmp/out" 2>&1 && grep -q '^usage: ddpdbg report DIR' "$tmp/out" || { echo "FAIL: report --help"; fail=1; }
 
 # --- export ---------------------------------------------------------------------------------------
-for s in field_report hang_skip_backward; do
+for s in field_report skip_backward kill; do
     "$ddpdbg" export "$examples/$s" --chrome "$tmp/$s.json" >"$tmp/out" 2>"$tmp/err" ||
         { echo "FAIL: export $s exited $?: $(cat "$tmp/err")"; fail=1; continue; }
     if command -v python3 >/dev/null; then
@@ -98,8 +115,12 @@ for p in (0, 1):
                 break
 if min(e["ts"] for e in ev if "ts" in e) < 0:
     problems.append("negative timestamps")
-if not any(e["ph"] == "i" and e["name"] in ("error", "hang") for e in ev):
-    problems.append("no error or hang instant")
+if not any(e["ph"] == "i" and e["name"] in ("error", "hang", "dead") for e in ev):
+    problems.append("no error, hang or dead instant")
+if sys.argv[1].endswith("kill.json") and not any(
+        e["ph"] == "i" and e["name"] == "dead" and e["pid"] == 1 and "SIGKILL" in e["args"]["text"]
+        for e in ev):
+    problems.append("no instant for rank 1's SIGKILL")
 if problems:
     print("FAIL: export %s: %s" % (sys.argv[1], "; ".join(problems)))
     sys.exit(1)
