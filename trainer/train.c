@@ -227,8 +227,9 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     }
     for (int k = 0; k < c->n_faults; k++)
         if (c->faults[k].rank >= r->world) {
-            snprintf(err, errlen, "fault: rank=%d does not exist (WORLD_SIZE=%d)", c->faults[k].rank,
-                     r->world);
+            snprintf(err, errlen,
+                     "ddpdbg-train train: fault rank=%d: no such rank (WORLD_SIZE=%d: ranks 0..%d)",
+                     c->faults[k].rank, r->world, r->world - 1);
             return -1;
         }
     bool nccl = !strcmp(c->backend, "nccl");

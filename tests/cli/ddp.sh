@@ -272,7 +272,8 @@ expect_rank0_error \
 expect_rank0_error \
     "ddpdbg-train train: fault=nogt:rank=1: missing iter= (expected nogt:rank=R,iter=I)" \
     fault=nogt:rank=1
-expect_rank0_error "fault: rank=5 does not exist (WORLD_SIZE=2)" fault=nogt:rank=5,iter=0
+expect_rank0_error "ddpdbg-train train: fault rank=5: no such rank (WORLD_SIZE=2: ranks 0..1)" \
+    fault=nogt:rank=5,iter=0
 expect_rank0_error "ddpdbg-train train: find_unused_parameters must be true or false, got 'yes'" \
     find_unused_parameters=yes
 expect_rank0_error "ddpdbg-train train: rdzv_timeout must be an integer in [1, 86400], got '0'" \
@@ -285,9 +286,9 @@ timeout -k 5 30 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pic
 rc=$?
 check "launcher, fault rank=5: exit 2 (got $rc)" [ $rc -eq 2 ]
 check "launcher, fault rank=5: the rank's line" grep -Eqx \
-    '\[rank[01]\]:fault: rank=5 does not exist \(WORLD_SIZE=2\)' "$tmp/err"
+    '\[rank[01]\]:ddpdbg-train train: fault rank=5: no such rank \(WORLD_SIZE=2: ranks 0\.\.1\)' "$tmp/err"
 check "launcher, fault rank=5: summary" \
     grep -Eq '^ddpdbg run: rank [01] failed first: exitcode 2 ' "$tmp/err"
-expected='^(\[rank[01]\]:fault: rank=5 does not exist|ddpdbg run: rank [01] failed first)'
+expected='^(\[rank[01]\]:ddpdbg-train train: fault rank=5: no such rank|ddpdbg run: rank [01] failed first)'
 check "launcher, fault rank=5: nothing else" [ "$(grep -Evc "$expected" "$tmp/err")" -eq 0 ]
 exit $fail
