@@ -111,6 +111,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 TUI_CORE := $(call obj,tui/model.c tui/model_fold.c tui/diagnose.c tui/diagnose_grad.c \
               tui/paramgroup.c tui/report.c tui/export.c)
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
+# ... and the model test the teaching mode's loader, on the example traces.
+$(BUILD)/tests/test_tracemodel: $(call obj,tui/teach.c tui/teach_load.c tui/facts.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model_fold.c)
 

@@ -3,7 +3,8 @@
  * bucket times and states they recorded; a missing rank file, a corrupt or truncated one, a
  * foreign file, an empty directory and a newer schema are refused with one clear line; a
  * refresh reads only what was appended; CUPTI records do not pose as iterations; loading never
- * writes to the trace. */
+ * writes to the trace. For every example (one per scenario), the hooks the model folds and the
+ * events the teaching mode loads equal plain SQL counts. */
 #include "tui/model.h"
 
 #include <dirent.h>
@@ -18,6 +19,7 @@
 #include "probe/tracedb.h"
 #include "tests/expect.h"
 #include "tests/trace_synth.h"
+#include "tui/teach.h"
 
 static char tmp[256];
 
@@ -202,6 +204,52 @@ static void test_every_example_hooks(void) {
     EXPECT(n_examples >= 12, "%d example traces", n_examples);
 }
 
+// The teaching mode's loader on every example: for its default iterations it reads (by seq,
+// from the first one's first event) exactly the rows a plain SQL query over the whole table
+// selects: every kind but META, PARAM, HEARTBEAT and TEXT, one LAYOUT row per generation.
+static void test_every_example_teach_load(void) {
+    DIR *d = opendir("traces/examples");
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char dir[512], err[512] = "";
+        snprintf(dir, sizeof dir, "traces/examples/%s", de->d_name);
+        Model m;
+        if (model_load(&m, dir, err, sizeof err) < 0) continue; // test_every_example_hooks says
+        int64_t lo, hi;
+        teach_default_range(&m, &lo, &hi);
+        Teach t;
+        EXPECT(teach_load(&t, &m, lo, hi, err, sizeof err) == 0, "%s: %s", dir, err);
+        int64_t want = 0;
+        for (int r = 0; r < m.world; r++) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
+            sqlite3 *db = NULL;
+            sqlite3_stmt *q = NULL;
+            if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+                sqlite3_prepare_v2(db,
+                                   "SELECT (SELECT count(*) FROM events WHERE iter BETWEEN ?1 AND "
+                                   "?2 AND kind NOT IN (?3, ?4, ?5, ?6, ?7)) + (SELECT count("
+                                   "DISTINCT a) FROM events WHERE iter BETWEEN ?1 AND ?2 AND "
+                                   "kind = ?7)",
+                                   -1, &q, NULL) == SQLITE_OK) {
+                sqlite3_bind_int64(q, 1, lo), sqlite3_bind_int64(q, 2, hi);
+                sqlite3_bind_int(q, 3, PROBE_META), sqlite3_bind_int(q, 4, PROBE_PARAM);
+                sqlite3_bind_int(q, 5, PROBE_HEARTBEAT), sqlite3_bind_int(q, 6, PROBE_TEXT);
+                sqlite3_bind_int(q, 7, PROBE_LAYOUT);
+                if (sqlite3_step(q) == SQLITE_ROW) want += sqlite3_column_int64(q, 0);
+            }
+            sqlite3_finalize(q);
+            sqlite3_close(db);
+        }
+        EXPECT(t.n == want, "%s, iterations %lld..%lld: teach_load read %d events, SQL selects %lld",
+               dir, (long long)lo, (long long)hi, t.n, (long long)want);
+        teach_free(&t);
+        model_free(&m);
+    }
+    closedir(d);
+}
+
 static void test_synthetic(void) {
     char err[512] = "";
     SynthSpec s = synth_default();
@@ -371,6 +419,7 @@ int main(void) {
     if (!mkdtemp(tmp)) SKIP("no temporary directory");
     test_examples();
     test_every_example_hooks();
+    test_every_example_teach_load();
     test_synthetic();
     test_bad_input();
     test_refresh_and_readonly();

@@ -60,15 +60,14 @@ static int load_rank(const Model *m, int r, int64_t lo, int64_t hi, TeachEvent *
         sqlite3_close(db);
         return -1;
     }
-    // From the first event of iteration lo on, by seq (the primary key: the trace has no index
-    // on iter); rows of iterations above hi are filtered out as they come.
+    // By seq (the primary key: the trace has no index on iter), from the first event of the
+    // iteration before lo: iteration lo's own first rows can precede what the model counts as
+    // its first event (the rebuilt layout, recorded as the forward begins). Rows of other
+    // iterations are filtered out as they come.
     int64_t from_seq = 0;
     const ModelRank *rk = &m->ranks[r];
-    for (int k = 0; k < rk->n_iters; k++)
-        if (rk->iters[k].iter >= lo && rk->iters[k].seq_first) {
-            from_seq = rk->iters[k].seq_first - 1;
-            break;
-        }
+    for (int k = 0; k < rk->n_iters && rk->iters[k].iter < lo; k++)
+        if (rk->iters[k].seq_first) from_seq = rk->iters[k].seq_first - 1;
     const char *sql = "SELECT seq, t_ns, iter, kind, a, b, c, d, flags, text FROM events "
                       "WHERE seq > ?7 AND iter BETWEEN ?1 AND ?2 AND kind NOT IN (?3, ?4, ?5, ?6) "
                       "ORDER BY seq";
