@@ -8,7 +8,7 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "kernels/base.h" // CHECK, xmalloc
+#include "kernels/base.h" // CHECK, xmalloc, mkdir_p
 #include "trainer/rng.h"
 
 enum { SHAPE_RECT, SHAPE_ELLIPSE, SHAPE_TRIANGLE, N_SHAPES };
@@ -218,9 +218,13 @@ void synth_render(uint64_t seed, int imgsz, int classes, bool empty, Image *im, 
 }
 
 // ---- the dataset on disk ----
+// mkdir -p path (kernels/base.h), or -1 with err naming the component that failed.
 static int make_dir(const char *path, char *err, size_t errlen) {
-    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
-    snprintf(err, errlen, "%s: cannot create folder: %s", path, strerror(errno));
+    char failed[PATH_MAX];
+    int e = mkdir_p(path, failed, sizeof failed);
+    if (!e) return 0;
+    snprintf(err, errlen, "%s: cannot create folder: %s", e == ENAMETOOLONG ? path : failed,
+             strerror(e));
     return -1;
 }
 
@@ -244,16 +248,8 @@ static int prepare_out(const char *out, char *err, size_t errlen) {
         }
     }
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s", out);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (make_dir(path, err, errlen)) return -1;
-            *p = '/';
-        }
-    if (make_dir(path, err, errlen)) return -1;
-    const char *dirs[] = {"images", "labels", "images/train", "images/val", "labels/train", "labels/val"};
-    for (int i = 0; i < 6; i++) {
+    const char *dirs[] = {"images/train", "images/val", "labels/train", "labels/val"};
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", out, dirs[i]);
         if (make_dir(path, err, errlen)) return -1;
     }
