@@ -9,14 +9,15 @@
  *         1000 ms), as trace=DIR does; the parameter table is recorded, and the writer has
  *         stored it, before the block's timed steps
  * Blocks of `timed` steps alternate in ABBA order (off on, on off, off on, ...): each rank
- * opens or closes its probe between blocks, then both meet at a barrier. The overhead is
- * computed per pair of adjacent blocks (median step on / median step off - 1), so slow drifts
- * of the machine's load cancel; its median, standard error and range over the pairs say how far
- * to trust it. On a shared 2-core machine that spread is a few percent, far above the probe's
- * cost, so the probe's writer thread is also timed directly (its own CPU clock): its share of a
- * core is what the steps lose to it when the ranks keep the cores busy. Emits on the training
- * thread cost ~50 ns each (bench_probe), ~0.1 ms per step here. For rtdetr-tiny and rtdetr-l,
- * 160 px, batch 1 per rank; about 2 minutes (4 on a busy machine). Prints timings only, never
+ * opens or closes its probe between blocks, then both meet at a barrier and run one untimed
+ * step, so that every block starts warm. The overhead is computed per pair of adjacent blocks
+ * (median step on / median step off - 1), so slow drifts of the machine's load cancel; its
+ * median, standard error and range over the pairs say how far to trust it. On a shared 2-core
+ * machine single pairs spread by tens of percent, so rtdetr-tiny runs 200 pairs (a standard
+ * error under 1 %); the probe's writer thread is also timed directly (its own CPU clock): its
+ * share of a core is what the steps lose to it when the ranks keep the cores busy. Emits on the
+ * training thread cost ~50 ns each (bench_probe), ~0.03 ms per step here. For rtdetr-tiny and
+ * rtdetr-l, 160 px, batch 1 per rank; about 6 minutes. Prints timings only, never
  * fails on them: exit 1 if a rank fails or the last ON block's trace misses events. */
 #include <dirent.h>
 #include <ftw.h>
@@ -39,7 +40,7 @@
 
 #define WORLD 2
 #define WARMUP 2     // untimed steps before the first block: they include the bucket rebuild
-#define MAX_PAIRS 32 // ON/OFF pairs of blocks per model, at most
+#define MAX_PAIRS 256 // ON/OFF pairs of blocks per model, at most
 #define MAX_STEPS 8  // timed steps per block, at most
 #define MAX_BLOCKS (2 * MAX_PAIRS)
 #define MAX_BATCH 4   // images per rank
@@ -272,18 +273,22 @@ static int run_blocks(Rank *k, Study *st, ProcessGroup *pg) {
             fprintf(stderr, "bench_trace: rank %d: barrier: %s\n", k->rank, err);
             return 1;
         }
+        // One untimed step first: every block then starts warm, whatever came before it (an ON
+        // block follows the wait for the writer, an OFF block sometimes another OFF block).
+        // Without it ON blocks alone started cold: rtdetr-tiny +1.5 % (200 pairs), with it +0.6 %.
+        if (b->on && k->rank == 0) st->first_iter_of_last_on = iter;
+        if (train_step(k, iter++, st->batch, &took)) return 1;
         ProbeStats s0 = probe_stats(k->trace.probe);
         double cpu0 = seconds(CLOCK_PROCESS_CPUTIME_ID), wall0 = now();
         double main0 = seconds(CLOCK_THREAD_CPUTIME_ID);
         double writer0 = b->on && k->writer_found ? seconds(k->writer_clock) : 0;
-        if (b->on && k->rank == 0) st->first_iter_of_last_on = iter;
         for (int s = 0; s < st->timed; s++)
             if (train_step(k, iter++, st->batch, &b->step[k->rank][s])) return 1;
         b->cpu[k->rank] = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
         b->main_cpu[k->rank] = seconds(CLOCK_THREAD_CPUTIME_ID) - main0;
         b->wall[k->rank] = now() - wall0;
         if (!b->on) continue;
-        if (k->rank == 0) st->n_iters_of_last_on = st->timed;
+        if (k->rank == 0) st->n_iters_of_last_on = st->timed + 1; // the warm-up step is traced
         b->writer_cpu[k->rank] = k->writer_found ? seconds(k->writer_clock) - writer0 : -1;
         ProbeStats s1 = probe_stats(k->trace.probe);
         b->records[k->rank] = s1.claimed - s0.claimed;
@@ -517,15 +522,15 @@ int main(void) {
         {.model = "rtdetr-tiny.yaml",
          .imgsz = 160,
          .batch = 1,
-         .pairs = 32,
+         .pairs = 200,
          .timed = 4,
-         .limit_s = 300},
+         .limit_s = 900},
         {.model = "rtdetr-l.yaml",
          .imgsz = 160,
          .batch = 1,
-         .pairs = 12,
+         .pairs = 16,
          .timed = 2,
-         .limit_s = 400},
+         .limit_s = 900},
     };
     int n_studies = (int)(sizeof specs / sizeof specs[0]);
     Study *studies = mmap(NULL, sizeof(Study) * (size_t)n_studies, PROT_READ | PROT_WRITE,
