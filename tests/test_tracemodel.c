@@ -157,15 +157,87 @@ static void test_examples(void) {
     model_free(&m);
 }
 
-// Every example trace (one per scenario): the hooks the model folded for each rank and
-// iteration (read by seq range, or vouched for by the layout of a finalized iteration) are
-// the ones a plain SQL count over the whole table finds.
-static void test_every_example_hooks(void) {
+// Opens rank r's database of dir read-only and prepares sql on it; NULL (and *db NULL) when
+// either fails.
+static sqlite3_stmt *rank_query(const char *dir, int r, const char *sql, sqlite3 **db) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(*db, sql, -1, &q, NULL) != SQLITE_OK) {
+        EXPECT(0, "%s: %s", path, sqlite3_errmsg(*db));
+        sqlite3_close(*db);
+        *db = NULL;
+    }
+    return q;
+}
+
+static void query_done(sqlite3_stmt *q, sqlite3 *db) {
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+}
+
+// The hooks the model folded for each rank and iteration (read by seq range, or vouched for by
+// the layout of a finalized iteration) are the ones a plain SQL count over the table finds.
+static void check_hooks(const char *dir, const Model *m) {
+    for (int r = 0; r < m->world; r++) {
+        const ModelRank *mr = &m->ranks[r];
+        sqlite3 *db;
+        sqlite3_stmt *q = rank_query(
+            dir, r, "SELECT count(DISTINCT a) FROM events WHERE iter = ?1 AND kind = 8 AND c = 1",
+            &db);
+        for (int i = 0; q && i < mr->n_iters; i++) {
+            sqlite3_bind_int64(q, 1, mr->iters[i].iter);
+            int want = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : -1;
+            sqlite3_reset(q);
+            EXPECT(mr->iters[i].n_grad_ready == want,
+                   "%s rank %d iteration %lld: %d hooks, SQL counts %d", dir, r,
+                   (long long)mr->iters[i].iter, mr->iters[i].n_grad_ready, want);
+        }
+        query_done(q, db);
+    }
+}
+
+// The teaching mode's loader, for its default iterations, reads (by seq, from the iteration
+// before) exactly the rows a plain SQL query over the table selects: every kind but META,
+// PARAM, HEARTBEAT and TEXT, one LAYOUT row per generation.
+static void check_teach_load(const char *dir, const Model *m) {
+    int64_t lo, hi, want = 0;
+    teach_default_range(m, &lo, &hi);
+    Teach t;
+    char err[512] = "";
+    if (teach_load(&t, m, lo, hi, err, sizeof err)) {
+        EXPECT(0, "%s: %s", dir, err);
+        return;
+    }
+    for (int r = 0; r < m->world; r++) {
+        sqlite3 *db;
+        sqlite3_stmt *q = rank_query(
+            dir, r,
+            "SELECT (SELECT count(*) FROM events WHERE iter BETWEEN ?1 AND ?2 AND kind NOT IN "
+            "(?3, ?4, ?5, ?6, ?7)) + (SELECT count(DISTINCT a) FROM events WHERE iter BETWEEN ?1 "
+            "AND ?2 AND kind = ?7)",
+            &db);
+        if (!q) continue;
+        sqlite3_bind_int64(q, 1, lo), sqlite3_bind_int64(q, 2, hi);
+        sqlite3_bind_int(q, 3, PROBE_META), sqlite3_bind_int(q, 4, PROBE_PARAM);
+        sqlite3_bind_int(q, 5, PROBE_HEARTBEAT), sqlite3_bind_int(q, 6, PROBE_TEXT);
+        sqlite3_bind_int(q, 7, PROBE_LAYOUT);
+        if (sqlite3_step(q) == SQLITE_ROW) want += sqlite3_column_int64(q, 0);
+        query_done(q, db);
+    }
+    EXPECT(t.n == want, "%s, iterations %lld..%lld: teach_load read %d events, SQL selects %lld",
+           dir, (long long)lo, (long long)hi, t.n, (long long)want);
+    teach_free(&t);
+}
+
+// Every example trace (one per scenario): the model's hooks and the teaching mode's loader
+// against plain SQL.
+static void test_every_example(void) {
     DIR *d = opendir("traces/examples");
     EXPECT(d, "traces/examples");
-    if (!d) return;
     int n_examples = 0;
-    for (struct dirent *de; (de = readdir(d));) {
+    for (struct dirent *de; d && (de = readdir(d));) {
         if (de->d_name[0] == '.') continue;
         char dir[512], err[512] = "";
         snprintf(dir, sizeof dir, "traces/examples/%s", de->d_name);
@@ -175,79 +247,12 @@ static void test_every_example_hooks(void) {
             continue;
         }
         n_examples++;
-        for (int r = 0; r < m.world; r++) {
-            const ModelRank *mr = &m.ranks[r];
-            char path[600];
-            snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
-            sqlite3 *db = NULL;
-            sqlite3_stmt *q = NULL;
-            EXPECT(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-                       sqlite3_prepare_v2(db,
-                                          "SELECT count(DISTINCT a) FROM events WHERE iter = ?1 "
-                                          "AND kind = 8 AND c = 1",
-                                          -1, &q, NULL) == SQLITE_OK,
-                   "%s", path);
-            for (int i = 0; q && i < mr->n_iters; i++) {
-                sqlite3_bind_int64(q, 1, mr->iters[i].iter);
-                int want = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : -1;
-                sqlite3_reset(q);
-                EXPECT(mr->iters[i].n_grad_ready == want, "%s rank %d iteration %lld: %d hooks, "
-                       "SQL counts %d", dir, r, (long long)mr->iters[i].iter,
-                       mr->iters[i].n_grad_ready, want);
-            }
-            sqlite3_finalize(q);
-            sqlite3_close(db);
-        }
+        check_hooks(dir, &m);
+        check_teach_load(dir, &m);
         model_free(&m);
     }
-    closedir(d);
+    if (d) closedir(d);
     EXPECT(n_examples >= 12, "%d example traces", n_examples);
-}
-
-// The teaching mode's loader on every example: for its default iterations it reads (by seq,
-// from the first one's first event) exactly the rows a plain SQL query over the whole table
-// selects: every kind but META, PARAM, HEARTBEAT and TEXT, one LAYOUT row per generation.
-static void test_every_example_teach_load(void) {
-    DIR *d = opendir("traces/examples");
-    if (!d) return;
-    for (struct dirent *de; (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
-        char dir[512], err[512] = "";
-        snprintf(dir, sizeof dir, "traces/examples/%s", de->d_name);
-        Model m;
-        if (model_load(&m, dir, err, sizeof err) < 0) continue; // test_every_example_hooks says
-        int64_t lo, hi;
-        teach_default_range(&m, &lo, &hi);
-        Teach t;
-        EXPECT(teach_load(&t, &m, lo, hi, err, sizeof err) == 0, "%s: %s", dir, err);
-        int64_t want = 0;
-        for (int r = 0; r < m.world; r++) {
-            char path[600];
-            snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
-            sqlite3 *db = NULL;
-            sqlite3_stmt *q = NULL;
-            if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-                sqlite3_prepare_v2(db,
-                                   "SELECT (SELECT count(*) FROM events WHERE iter BETWEEN ?1 AND "
-                                   "?2 AND kind NOT IN (?3, ?4, ?5, ?6, ?7)) + (SELECT count("
-                                   "DISTINCT a) FROM events WHERE iter BETWEEN ?1 AND ?2 AND "
-                                   "kind = ?7)",
-                                   -1, &q, NULL) == SQLITE_OK) {
-                sqlite3_bind_int64(q, 1, lo), sqlite3_bind_int64(q, 2, hi);
-                sqlite3_bind_int(q, 3, PROBE_META), sqlite3_bind_int(q, 4, PROBE_PARAM);
-                sqlite3_bind_int(q, 5, PROBE_HEARTBEAT), sqlite3_bind_int(q, 6, PROBE_TEXT);
-                sqlite3_bind_int(q, 7, PROBE_LAYOUT);
-                if (sqlite3_step(q) == SQLITE_ROW) want += sqlite3_column_int64(q, 0);
-            }
-            sqlite3_finalize(q);
-            sqlite3_close(db);
-        }
-        EXPECT(t.n == want, "%s, iterations %lld..%lld: teach_load read %d events, SQL selects %lld",
-               dir, (long long)lo, (long long)hi, t.n, (long long)want);
-        teach_free(&t);
-        model_free(&m);
-    }
-    closedir(d);
 }
 
 static void test_synthetic(void) {
@@ -418,8 +423,7 @@ int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_tracemodel.XXXXXX");
     if (!mkdtemp(tmp)) SKIP("no temporary directory");
     test_examples();
-    test_every_example_hooks();
-    test_every_example_teach_load();
+    test_every_example();
     test_synthetic();
     test_bad_input();
     test_refresh_and_readonly();
