@@ -1,4 +1,5 @@
-/* base.h -- the few helpers every layer may use: CHECK, DIE, LOG_*, xmalloc, CEIL_DIV, mkdir_p.
+/* base.h -- the few helpers every layer may use: CHECK, DIE, LOG_*, xmalloc, xvasprintf,
+ * CEIL_DIV, mkdir_p.
  * Header-only, libc only. CHECK is for broken invariants (bugs): it aborts.
  * DIE is for fatal user-facing conditions: it prints and exits with the given status.
  * Not a logging framework: messages go to stderr, one line each. */
@@ -68,6 +69,13 @@ static inline char *xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = (char *)xmalloc(n);
     memcpy(p, s, n);
+    return p;
+}
+
+// The formatted text in a fresh malloc'd string (vasprintf; the build defines _GNU_SOURCE).
+static inline char *xvasprintf(const char *fmt, va_list ap) {
+    char *p = NULL;
+    if (vasprintf(&p, fmt, ap) < 0) DIE(1, "out of memory formatting '%s'", fmt);
     return p;
 }
 

@@ -25,10 +25,8 @@ static int ddp_fail(Ddp *d, const char *fmt, ...) __attribute__((format(printf, 
 static int ddp_fail(Ddp *d, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *text = NULL;
-    if (vasprintf(&text, fmt, ap) < 0) text = NULL;
+    char *text = xvasprintf(fmt, ap);
     va_end(ap);
-    CHECK(text, "ddp_fail: out of memory");
     free(d->error);
     d->error = text;
     if (d->reducer_ok) reducer_fail(&d->reducer, "%s", text); // observers see it too

@@ -115,10 +115,8 @@ static void emit(Reducer *r, ReducerEvent e) {
 int reducer_fail(Reducer *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *text = NULL;
-    if (vasprintf(&text, fmt, ap) < 0) text = NULL;
+    char *text = xvasprintf(fmt, ap);
     va_end(ap);
-    CHECK(text, "reducer_fail: out of memory");
     free(r->error);
     r->error = text;
     emit(r, (ReducerEvent){.kind = REDUCER_EV_ERROR, .param = -1, .bucket = -1, .text = text});
