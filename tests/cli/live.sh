@@ -11,7 +11,9 @@ ddpdbg=$(realpath "$(dirname "$train")/ddpdbg")
 command -v tmux >/dev/null || { echo "skip: no tmux"; exit 77; }
 unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
     RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT TMUX
-sock="$tmp/tmux.sock"
+# One tmux server per session (killing a server's only session ends it; a session asked of a
+# server while it exits fails: "server exited unexpectedly").
+sock="$tmp/tmux1.sock"
 tm() { tmux -S "$sock" "$@"; }
 trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
 
@@ -46,7 +48,8 @@ tm send-keys -t live q
 for ((i = 0; i < 50; i++)); do [ -s "$tmp/rc1" ] && break; sleep 0.1; done
 check "q leaves the view; the run's status is rank 0's (1)" [ "$(cat "$tmp/rc1" 2>/dev/null)" = EXIT=1 ]
 check "the ranks' output went to output.log" grep -q "^\[rank0\]:RuntimeError: Expected to have finished" "$tmp/t1/output.log"
-tm kill-session -t live 2>/dev/null
+tm kill-server 2>/dev/null
+sock="$tmp/tmux2.sock"
 
 # --- a hang, live: the watchdog's banner, then q stops the run --------------------------------
 tm new-session -d -s live -x 100 -y 30 \

@@ -68,7 +68,11 @@ check "the trace was not written to" [ -z "$(find "$tmp/t" -newer "$tmp/run.err"
 
 # --- in tmux, like a user -------------------------------------------------------------------------
 command -v tmux >/dev/null || { echo "skip: no tmux (apt-get install tmux); the --once checks passed"; exit 77; }
-sock=ddpdbg-tui-test-$$
+# Each session gets a tmux server of its own (socket ddpdbg-tui-test-PID-N): killing the only
+# session of a server ends that server, and a new session asked of it while it exits fails
+# ("server exited unexpectedly", seen under ASan).
+n_sessions=0
+sock=ddpdbg-tui-test-$$-0
 tm() { tmux -L "$sock" -f /dev/null "$@"; }
 trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
 screen_now() { tm capture-pane -p -t tui >"$tmp/pane" 2>/dev/null; }
@@ -83,7 +87,9 @@ wait_for() {
     return 1
 }
 start() { # command...: a fresh 80x24 session running it, then "EXIT=<status>"
-    tm kill-session -t tui 2>/dev/null
+    tm kill-server 2>/dev/null
+    n_sessions=$((n_sessions + 1))
+    sock=ddpdbg-tui-test-$$-$n_sessions
     tm new-session -d -s tui -x 80 -y 24 "TERM=screen $*; echo EXIT=\$?; sleep 60"
 }
 
