@@ -463,15 +463,20 @@ static void ensure_world(Model *m, int world) {
     m->world = world;
 }
 
+// Frees the parameter table (names, shapes, numel); the caller resets or replaces it.
+static void free_params(Model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        free(m->param_names[i]);
+        free(m->param_shapes[i]);
+    }
+    free(m->param_names);
+    free(m->param_shapes);
+    free(m->param_numel);
+}
+
 static void take_params(Model *m, Job *j) {
     if (j->names && j->n_names > m->n_params) {
-        for (int i = 0; i < m->n_params; i++) {
-            free(m->param_names[i]);
-            free(m->param_shapes[i]);
-        }
-        free(m->param_names);
-        free(m->param_shapes);
-        free(m->param_numel);
+        free_params(m);
         m->n_params = j->n_names;
         m->param_names = j->names;
         m->param_shapes = j->shapes;
@@ -618,12 +623,6 @@ void model_free(Model *m) {
     for (int r = 0; r < m->world; r++)
         rank_clear(&m->ranks[r]);
     free(m->ranks);
-    for (int i = 0; i < m->n_params; i++) {
-        free(m->param_names[i]);
-        free(m->param_shapes[i]);
-    }
-    free(m->param_names);
-    free(m->param_shapes);
-    free(m->param_numel);
+    free_params(m);
     *m = (Model){.min_iter = 0, .max_iter = -1};
 }
