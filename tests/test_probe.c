@@ -9,6 +9,7 @@
 #include "probe/tracedb.h"
 
 #include "tests/expect.h"
+#include "tests/sqlite_query.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -45,34 +46,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return remove(path);
 }
 
-// ---- small helpers over sqlite3 -------------------------------------------------------------
+// ---- small helpers over sqlite3 (and tests/sqlite_query.h) ---------------------------------
 
-static sqlite3 *db_open(const char *path) {
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
-    EXPECT(rc == SQLITE_OK, "open %s: %s", path, sqlite3_errmsg(db));
-    return db;
-}
-
-// The first column of the first row of a printf-formatted query, as an integer (-1 on error).
-static int64_t q_int(sqlite3 *db, const char *fmt, ...) {
-    char sql[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    sqlite3_stmt *s;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
-        EXPECT(0, "%s: %s", sql, sqlite3_errmsg(db));
-        return -1;
-    }
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
-// The same as text, copied into out.
+// The first column of the first row of sql, as text copied into out ("" on error or no row).
 static const char *q_text(sqlite3 *db, char *out, size_t n, const char *sql) {
     sqlite3_stmt *s;
     out[0] = 0;

@@ -15,6 +15,7 @@
 
 #include "tests/ddp_harness.h" // harness_free_port
 #include "tests/expect.h"
+#include "tests/sqlite_query.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -73,35 +74,6 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 static bool starts_with(const char *s, const char *prefix) {
     return !strncmp(s, prefix, strlen(prefix));
-}
-
-// ---- small helpers over sqlite3 ---------------------------------------------------------------
-
-static sqlite3 *db_open(const char *path) {
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
-    EXPECT(rc == SQLITE_OK, "open %s: %s", path, sqlite3_errmsg(db));
-    return db;
-}
-
-// The first column of the first row of a printf-formatted query, as an integer (-1 on error or
-// no row).
-static int64_t q_int(sqlite3 *db, const char *fmt, ...) {
-    char sql[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    sqlite3_stmt *s;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
-        EXPECT(0, "%s: %s", sql, sqlite3_errmsg(db));
-        return -1;
-    }
-    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
-        v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
 }
 
 static const char *read_text(const char *path, char *buf, size_t n) {
