@@ -10,8 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG GLOO_SOCKET_IFNAME \
-    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+clear_rank_env
 
 check() { # description, condition...
     local what=$1; shift

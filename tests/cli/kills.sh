@@ -13,8 +13,7 @@ source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
 command -v sqlite3 >/dev/null || { echo "skip: no sqlite3 command (apt-get install sqlite3)"; exit 77; }
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
-    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+clear_rank_env
 
 runs=${KILLS_RUNS:-50}
 seed=${KILLS_SEED:-$RANDOM}

@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN
+clear_rank_env
 
 check() { # description, condition...
     local what=$1; shift

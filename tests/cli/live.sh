@@ -9,8 +9,7 @@ source "$(dirname "$0")/lib.sh"
 ddpdbg=$(realpath "$(dirname "$train")/ddpdbg")
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
 command -v tmux >/dev/null || { echo "skip: no tmux"; exit 77; }
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
-    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT TMUX
+clear_rank_env TMUX
 # One tmux server per session (killing a server's only session ends it; a session asked of a
 # server while it exits fails: "server exited unexpectedly").
 sock="$tmp/tmux1.sock"

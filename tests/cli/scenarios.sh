@@ -6,8 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
-    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+clear_rank_env
 
 "$ddpdbg" scenario list >"$tmp/list" 2>&1 || { echo "FAIL: scenario list"; fail=1; }
 names=$(awk '{print $1}' "$tmp/list")

@@ -13,8 +13,7 @@ ddpdbg=${DDPDBG:-$(dirname "$train")/ddpdbg}
 if "$ddpdbg" tui --help 2>&1 | grep -q "unknown command"; then
     echo "skip: $ddpdbg has no tui command (tui/main.c does not call tui_command yet)"; exit 77
 fi
-unset OMP_NUM_THREADS DDPDBG_RUN_TOKEN DDPDBG_TRAIN TORCH_DISTRIBUTED_DEBUG DDPDBG_TRACE_DIR \
-    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT NO_COLOR
+clear_rank_env NO_COLOR
 
 check() { # description, condition...
     local what=$1; shift
