@@ -225,9 +225,10 @@ int probe_drain(const char *ring_path, const char *db_path, ProbeDrainReport *re
 // when a reader reaches it) a clean quick_check. Returns 0, or -1 with one line in err naming
 // the path and the problem.
 int probe_db_check(const char *path, char *err, size_t errlen);
-// Sets meta(key) = value in an existing trace whose rank has exited (the launcher: how each
-// rank ended, key "exit"). Returns 0, or -1 with one line in err.
-int probe_db_set_meta(const char *path, const char *key, const char *value, char *err,
-                      size_t errlen);
+// Sets meta(keys[i]) = values[i], i < n, in one transaction, in an existing trace whose rank
+// has exited (the launcher: how each rank ended, keys "exit" and "failed_first"). The trace is
+// opened, and checked, once for all of them. Returns 0, or -1 with one line in err.
+int probe_db_set_meta(const char *path, const char *const *keys, const char *const *values, int n,
+                      char *err, size_t errlen);
 
 #endif

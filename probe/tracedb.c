@@ -406,11 +406,14 @@ int probe_db_check(const char *path, char *err, size_t errlen) {
     return db_check(path, false, err, errlen);
 }
 
-int probe_db_set_meta(const char *path, const char *key, const char *value, char *err,
-                      size_t errlen) {
+int probe_db_set_meta(const char *path, const char *const *keys, const char *const *values, int n,
+                      char *err, size_t errlen) {
     TraceDb *db = tracedb_open(path, err, errlen);
     if (!db) return -1;
-    int rc = tracedb_set_meta(db, key, value);
+    int rc = tracedb_begin(db);
+    for (int i = 0; i < n && !rc; i++)
+        rc = tracedb_set_meta(db, keys[i], values[i]);
+    if (!rc) rc = tracedb_commit(db);
     if (rc) snprintf(err, errlen, "%s", tracedb_error(db));
     tracedb_close(db, true);
     return rc;

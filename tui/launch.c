@@ -430,8 +430,8 @@ static void record_fates(const char *dir, const Rank *ranks, int n, int first_fa
         snprintf(db, sizeof db, "%s/rank%d.db", dir, ranks[i].rank);
         if (access(db, F_OK) != 0) continue;
         format_fate(&ranks[i], fate, sizeof fate);
-        if (probe_db_set_meta(db, "exit", fate, err, sizeof err) ||
-            (i == first_failed && probe_db_set_meta(db, "failed_first", "1", err, sizeof err)))
+        const char *keys[] = {"exit", "failed_first"}, *values[] = {fate, "1"};
+        if (probe_db_set_meta(db, keys, values, i == first_failed ? 2 : 1, err, sizeof err))
             fprintf(stderr, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
     }
 }

@@ -69,6 +69,11 @@ check "rank 0: its batch at iteration 1 had 0 boxes" \
 check "rank 1: its batch at iteration 1 had boxes" \
     [ "$(q "$db1" "select sum(b) from events where kind=15 and iter=1")" -gt 0 ]
 check "rank 1: killed, then drained" [ "$(q "$db1" "select value from meta where key='closed'")" = drained ]
+# how each rank ended, as the launcher recorded it (meta exit; failed_first on rank 0 alone)
+check "rank 0: the launcher recorded exitcode 1, failed first" \
+    [ "$(q "$db0" "select group_concat(key || '=' || value, ';') from (select * from meta where key in ('exit', 'failed_first') order by key)")" = "exit=exitcode 1;failed_first=1" ]
+check "rank 1: the launcher recorded how it ended" [ -n "$(q "$db1" "select value from meta where key='exit'")" ]
+check "rank 1: not failed first" [ "$(q "$db1" "select count(*) from meta where key='failed_first'")" = 0 ]
 # rank 0 launched no bucket at iteration 1, so none can complete on rank 1 (whether rank 1 got
 # to launching them before the launcher stopped it depends on timing)
 check "rank 1: no bucket allreduce completed at iteration 1" \
