@@ -237,6 +237,12 @@ void probe_record(Probe *p, ProbeKind kind, uint16_t flags, int64_t iter, int32_
     probe_ring_emit(p->ring, kind, flags, iter, a, b, c, d, text, len);
 }
 
+void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
+                   int32_t a, int32_t b, int64_t c, int64_t d) {
+    if (p && !__atomic_load_n(&p->off, __ATOMIC_RELAXED))
+        probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
+}
+
 // Formats into buf (n bytes) or, when longer, a malloc'd string that *heap owns.
 static const char *vformat(char *buf, size_t n, char **heap, const char *fmt, va_list ap) {
     va_list copy;

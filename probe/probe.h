@@ -15,7 +15,7 @@
 #include <string.h>
 
 // The trace schema version this build writes and the newest it reads (PRAGMA user_version).
-#define PROBE_SCHEMA_VERSION 1
+#define PROBE_SCHEMA_VERSION 2
 // Ring records a ProbeConfig with capacity 0 gets: 8 MiB of ring, ~90 iterations of rtdetr-l.
 #define PROBE_DEFAULT_CAPACITY (1u << 17)
 #define PROBE_TEXT_BYTES 12 // text bytes a record holds; longer text continues in TEXT records
@@ -31,8 +31,10 @@ typedef enum ProbeKind {
     PROBE_FORWARD_END = 5,
     PROBE_BACKWARD_BEGIN = 6,
     PROBE_BACKWARD_END = 7,
-    PROBE_GRAD_READY = 8,    // a param, b order within this backward, c grad defined 0/1
-    PROBE_MARK_READY = 9,    // a param, b bucket, c 1 if marked as unused
+    PROBE_GRAD_READY = 8,    // a param, b order within this backward, c grad defined 0/1;
+                             // flags PROBE_FLAG_MARKED: the hook marked it ready in bucket d
+    PROBE_MARK_READY = 9,    // a param, b bucket, c 1 if marked as unused: a mark that is not
+                             // its own hook's (find_unused_parameters' unused parameters)
     PROBE_BUCKET_READY = 10, // b bucket
     PROBE_COLL_LAUNCH = 11,  // a ProbeOp, b bucket or -1, c group sequence number, d numel,
                              // text what ("bucket", "local_used_map", "buffers", ...)
@@ -77,6 +79,8 @@ typedef enum ProbePhase {
 } ProbePhase;
 
 #define PROBE_FLAG_OK 0x0001u        // COLL_DONE: the collective succeeded
+#define PROBE_FLAG_MARKED 0x0002u    // GRAD_READY: the hook marked its parameter ready (in bucket
+                                     // d) before anything else happened; no MARK_READY row
 #define PROBE_FLAG_CONTINUED 0x8000u // reserved: TEXT records follow (set by the ring, not callers)
 
 // One ring slot. seq is the rank's 1-based record number, stored last with release semantics:
@@ -124,6 +128,12 @@ void probe_ring_close(ProbeRing *ring);
 // flags must not contain PROBE_FLAG_CONTINUED. text needs no NUL; NULL when len is 0.
 bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
                      int32_t b, int64_t c, int64_t d, const char *text, size_t len);
+// probe_ring_emit for an event that happened at t_ns (probe_now_ns) and is recorded later.
+bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags,
+                        int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d, const char *text,
+                        size_t len);
+// The probe's clock: CLOCK_REALTIME in ns (the records' t_ns).
+int64_t probe_now_ns(void);
 // Sets the live state in the header (relaxed stores, no record): what the launcher's watchdog
 // reads while the rank runs. The three fields may be read a moment apart.
 void probe_ring_set_phase(ProbeRing *ring, ProbePhase phase, int64_t iter);
@@ -181,6 +191,10 @@ static inline void probe_emit_text(Probe *p, ProbeKind kind, uint16_t flags, int
                                    size_t len) {
     if (p) probe_record(p, kind, flags, iter, a, b, c, d, text, len);
 }
+// An event without text that happened at t_ns (probe_now_ns), recorded now: the trainer's
+// hook row, which it writes once the mark that follows the hook is known.
+void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
+                   int32_t a, int32_t b, int64_t c, int64_t d);
 // printf-style text; formats nothing when p is NULL.
 void probe_emitf(Probe *p, ProbeKind kind, int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d,
                  const char *fmt, ...) __attribute__((format(printf, 8, 9)));

@@ -47,7 +47,7 @@ struct ProbeRing {
     char path[];
 };
 
-static int64_t now_ns(void) {
+int64_t probe_now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t); // vDSO: no syscall
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
@@ -103,7 +103,7 @@ ProbeRing *probe_ring_create(const char *path, uint64_t capacity, int rank, char
     h->header_bytes = RING_HEADER_BYTES;
     h->rank = rank;
     h->pid = (int32_t)getpid();
-    h->created_ns = now_ns();
+    h->created_ns = probe_now_ns();
     h->phase = PROBE_PHASE_STARTUP;
     h->phase_iter = -1;
     h->phase_t_ns = h->created_ns;
@@ -197,6 +197,13 @@ static bool claim(RingHeader *h, uint64_t n, uint64_t capacity, uint64_t *first)
 
 bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
                      int32_t b, int64_t c, int64_t d, const char *text, size_t len) {
+    return probe_ring_emit_at(ring, 0, kind, flags, iter, a, b, c, d, text, len);
+}
+
+// t_ns 0: now, read once the slots are claimed.
+bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags,
+                        int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d, const char *text,
+                        size_t len) {
     CHECK(!(flags & PROBE_FLAG_CONTINUED), "probe_ring_emit: flag 0x8000 is the ring's own");
     uint64_t n_parts =
         len > PROBE_TEXT_BYTES ? CEIL_DIV(len - PROBE_TEXT_BYTES, PROBE_TEXT_BYTES) : 0;
@@ -205,7 +212,7 @@ bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t it
         __atomic_fetch_add(&ring->h->overruns, 1, __ATOMIC_RELAXED);
         return false;
     }
-    int64_t t = now_ns();
+    int64_t t = t_ns ? t_ns : probe_now_ns();
     for (uint64_t i = 1; i <= n_parts; i++) {
         ProbeRecord *part = &ring->records[(seq + i - 1) & ring->mask];
         size_t at = i * PROBE_TEXT_BYTES, n = MIN(len - at, (size_t)PROBE_TEXT_BYTES);
@@ -230,7 +237,7 @@ bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t it
 
 void probe_ring_set_phase(ProbeRing *ring, ProbePhase phase, int64_t iter) {
     __atomic_store_n(&ring->h->phase_iter, iter, __ATOMIC_RELAXED);
-    __atomic_store_n(&ring->h->phase_t_ns, now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&ring->h->phase_t_ns, probe_now_ns(), __ATOMIC_RELAXED);
     __atomic_store_n(&ring->h->phase, (int32_t)phase, __ATOMIC_RELAXED);
 }
 

@@ -28,10 +28,10 @@ static void emit_iteration(ProbeRing *ring, int64_t iter) {
     probe_ring_emit(ring, PROBE_BATCH, 0, iter, 5, 2, 0, 0, NULL, 0);
     probe_ring_emit(ring, PROBE_FORWARD_END, 0, iter, 0, 0, 0, 0, NULL, 0);
     probe_ring_emit(ring, PROBE_BACKWARD_BEGIN, 0, iter, 0, 0, 0, 0, NULL, 0);
-    for (int p = 1; p >= 0; p--) {
-        probe_ring_emit(ring, PROBE_GRAD_READY, 0, iter, p, 1 - p, 1, 0, NULL, 0);
-        probe_ring_emit(ring, PROBE_MARK_READY, 0, iter, p, 0, 0, 0, NULL, 0);
-    }
+    // parameter 1 a hook that marked it at once, parameter 0 a mark of its own after its hook
+    probe_ring_emit(ring, PROBE_GRAD_READY, PROBE_FLAG_MARKED, iter, 1, 0, 1, 0, NULL, 0);
+    probe_ring_emit(ring, PROBE_GRAD_READY, 0, iter, 0, 1, 1, 0, NULL, 0);
+    probe_ring_emit(ring, PROBE_MARK_READY, 0, iter, 0, 0, 0, 0, NULL, 0);
     probe_ring_emit(ring, PROBE_BUCKET_READY, 0, iter, 0, 0, 0, 0, NULL, 0);
     probe_ring_emit(ring, PROBE_COLL_LAUNCH, 0, iter, PROBE_OP_ALLREDUCE, 0, 2 * iter + 1, 128,
                     "bucket", 6);

@@ -179,20 +179,26 @@ static void query_done(sqlite3_stmt *q, sqlite3 *db) {
 
 // The hooks the model folded for each rank and iteration (read by seq range, or vouched for by
 // the layout of a finalized iteration) are the ones a plain SQL count over the table finds.
+// Marks: MARK_READY rows and (version 2) GRAD_READY rows flagged marked.
 static void check_hooks(const char *dir, const Model *m) {
     for (int r = 0; r < m->world; r++) {
         const ModelRank *mr = &m->ranks[r];
         sqlite3 *db;
         sqlite3_stmt *q = rank_query(
-            dir, r, "SELECT count(DISTINCT a) FROM events WHERE iter = ?1 AND kind = 8 AND c = 1",
+            dir, r,
+            "SELECT (SELECT count(DISTINCT a) FROM events WHERE iter = ?1 AND kind = 8 AND c = 1),"
+            " (SELECT count(DISTINCT a) FROM events WHERE iter = ?1 AND"
+            " (kind = 9 OR (kind = 8 AND flags & 2)))",
             &db);
         for (int i = 0; q && i < mr->n_iters; i++) {
-            sqlite3_bind_int64(q, 1, mr->iters[i].iter);
-            int want = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : -1;
+            const ModelIter *it = &mr->iters[i];
+            sqlite3_bind_int64(q, 1, it->iter);
+            bool row = sqlite3_step(q) == SQLITE_ROW;
+            int hooks = row ? sqlite3_column_int(q, 0) : -1, marks = row ? sqlite3_column_int(q, 1) : -1;
             sqlite3_reset(q);
-            EXPECT(mr->iters[i].n_grad_ready == want,
-                   "%s rank %d iteration %lld: %d hooks, SQL counts %d", dir, r,
-                   (long long)mr->iters[i].iter, mr->iters[i].n_grad_ready, want);
+            EXPECT(it->n_grad_ready == hooks && it->n_marked == marks,
+                   "%s rank %d iteration %lld: %d hooks and %d marks, SQL counts %d and %d", dir,
+                   r, (long long)it->iter, it->n_grad_ready, it->n_marked, hooks, marks);
         }
         query_done(q, db);
     }
@@ -200,7 +206,8 @@ static void check_hooks(const char *dir, const Model *m) {
 
 // The teaching mode's loader, for its default iterations, reads (by seq, from the iteration
 // before) exactly the rows a plain SQL query over the table selects: every kind but META,
-// PARAM, HEARTBEAT and TEXT, one LAYOUT row per generation.
+// PARAM, HEARTBEAT and TEXT, one LAYOUT row per generation, and a marking hook's row twice
+// (the hook, then its mark).
 static void check_teach_load(const char *dir, const Model *m) {
     int64_t lo, hi, want = 0;
     teach_default_range(m, &lo, &hi);
@@ -216,7 +223,8 @@ static void check_teach_load(const char *dir, const Model *m) {
             dir, r,
             "SELECT (SELECT count(*) FROM events WHERE iter BETWEEN ?1 AND ?2 AND kind NOT IN "
             "(?3, ?4, ?5, ?6, ?7)) + (SELECT count(DISTINCT a) FROM events WHERE iter BETWEEN ?1 "
-            "AND ?2 AND kind = ?7)",
+            "AND ?2 AND kind = ?7) + (SELECT count(*) FROM events WHERE iter BETWEEN ?1 AND ?2 "
+            "AND kind = 8 AND flags & 2)",
             &db);
         if (!q) continue;
         sqlite3_bind_int64(q, 1, lo), sqlite3_bind_int64(q, 2, hi);
@@ -316,6 +324,83 @@ static void test_synthetic(void) {
                m.ranks[0].gpu[0].t_end_ns > m.ranks[0].gpu[0].t_start_ns,
            "6 kernels, one name, correlated to their bucket allreduce");
     model_free(&m);
+}
+
+// A version 1 trace (each hook's mark a MARK_READY row of its own) loads into the same model,
+// and replays as the same steps, as the version 2 trace of the same run (one row per marking
+// hook): with every parameter used, and with find_unused_parameters marking some unused.
+static void test_version1(void) {
+    for (int variant = 0; variant < 2; variant++) {
+        char err[512] = "", v1[600], v2[600];
+        SynthSpec s = synth_default();
+        if (variant) {
+            s.find_unused = true;
+            s.unused_rank = 0, s.unused_iter = 1, s.unused_first = 12, s.unused_count = 4;
+        }
+        snprintf(v2, sizeof v2, "%s", path_in(variant ? "v2_unused" : "v2"));
+        snprintf(v1, sizeof v1, "%s", path_in(variant ? "v1_unused" : "v1"));
+        EXPECT(synth_trace(v2, &s, NULL, err, sizeof err) == 0, "%s", err);
+        s.split_marks = true;
+        EXPECT(synth_trace(v1, &s, NULL, err, sizeof err) == 0, "%s", err);
+        Model a, b;
+        if (model_load(&a, v1, err, sizeof err) < 0 || model_load(&b, v2, err, sizeof err) < 0) {
+            EXPECT(0, "%s", err);
+            continue;
+        }
+        check_hooks(v1, &a);
+        check_hooks(v2, &b);
+        int bitmap = (a.n_params + 7) / 8;
+        for (int r = 0; r < a.world && a.world == b.world; r++) {
+            const ModelRank *ra = &a.ranks[r], *rb = &b.ranks[r];
+            EXPECT(ra->n_iters == rb->n_iters, "variant %d rank %d: %d and %d iterations", variant,
+                   r, ra->n_iters, rb->n_iters);
+            for (int i = 0; i < ra->n_iters && i < rb->n_iters; i++) {
+                const ModelIter *x = &ra->iters[i], *y = &rb->iters[i];
+                EXPECT(x->n_grad_ready == y->n_grad_ready && x->n_marked == y->n_marked &&
+                           x->n_marked_unused == y->n_marked_unused &&
+                           !memcmp(x->marked, y->marked, (size_t)bitmap) &&
+                           !memcmp(x->marked_unused, y->marked_unused, (size_t)bitmap) &&
+                           !memcmp(x->bucket_ready, y->bucket_ready,
+                                   sizeof(int) * (size_t)ra->layouts[x->layout].n_buckets) &&
+                           x->finalized == y->finalized,
+                       "variant %d rank %d iteration %lld: version 1 and 2 fold alike (marks %d "
+                       "and %d, unused %d and %d)",
+                       variant, r, (long long)x->iter, x->n_marked, y->n_marked,
+                       x->n_marked_unused, y->n_marked_unused);
+            }
+        }
+        Teach ta, tb;
+        int64_t lo = 0, hi = a.max_iter;
+        if (teach_load(&ta, &a, lo, hi, err, sizeof err) || teach_load(&tb, &b, lo, hi, err, sizeof err)) {
+            EXPECT(0, "teach_load: %s", err);
+        } else {
+            EXPECT(ta.n == tb.n, "variant %d: the replay has %d and %d steps", variant, ta.n, tb.n);
+            for (int r = 0; r < a.world; r++) { // per rank, the same steps in the same order
+                int i = 0, j = 0, same = 0, steps = 0;
+                for (;; i++, j++, steps++) {
+                    while (i < ta.n && ta.ev[i].rank != r)
+                        i++;
+                    while (j < tb.n && tb.ev[j].rank != r)
+                        j++;
+                    if (i >= ta.n || j >= tb.n) {
+                        same += i >= ta.n && j >= tb.n;
+                        break;
+                    }
+                    const TeachEvent *x = &ta.ev[i], *y = &tb.ev[j];
+                    if (x->kind != y->kind || x->a != y->a || x->b != y->b || x->c != y->c ||
+                        x->iter != y->iter || x->flags != y->flags)
+                        break;
+                }
+                EXPECT(same, "variant %d rank %d: the replays differ at step %d (%s and %s)",
+                       variant, r, steps, i < ta.n ? probe_kind_name(ta.ev[i].kind) : "end",
+                       j < tb.n ? probe_kind_name(tb.ev[j].kind) : "end");
+            }
+            teach_free(&ta);
+            teach_free(&tb);
+        }
+        model_free(&a);
+        model_free(&b);
+    }
 }
 
 static void test_bad_input(void) {
@@ -425,6 +510,7 @@ int main(void) {
     test_examples();
     test_every_example();
     test_synthetic();
+    test_version1();
     test_bad_input();
     test_refresh_and_readonly();
     char cmd[300];

@@ -175,8 +175,12 @@ static int write_rank(const char *dir, const SynthSpec *s, int r, int64_t *event
                 break;
             }
             int b = bucket_of(s->n_params, nb, p);
-            ev(&w, PROBE_GRAD_READY, it, p, order++, 1, 0, 0, NULL);
-            ev(&w, PROBE_MARK_READY, it, p, b, 0, 0, 0, NULL);
+            if (s->split_marks) {
+                ev(&w, PROBE_GRAD_READY, it, p, order++, 1, 0, 0, NULL);
+                ev(&w, PROBE_MARK_READY, it, p, b, 0, 0, 0, NULL);
+            } else {
+                ev(&w, PROBE_GRAD_READY, it, p, order++, 1, b, PROBE_FLAG_MARKED, NULL);
+            }
             hooks++;
             ready[b]++;
             for (;;) { // launch every full bucket in index order
@@ -234,10 +238,11 @@ static int write_rank(const char *dir, const SynthSpec *s, int r, int64_t *event
     tracedb_close(w.db, true);
     *events += w.n_events;
     if (w.rc) return -1;
-    if (r == 0 && s->user_version) {
+    int version = s->split_marks ? 1 : r == 0 ? s->user_version : 0;
+    if (version) {
         sqlite3 *db;
         char sql[64];
-        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", s->user_version);
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", version);
         if (sqlite3_open(path, &db) != SQLITE_OK ||
             sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
             snprintf(err, errlen, "%s: %s", path, sqlite3_errmsg(db));

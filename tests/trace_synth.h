@@ -1,8 +1,9 @@
 /* trace_synth.h -- synthetic trace directories for the viewer's tests and benchmarks: each
  * rank<R>.db written through the probe's own database layer (probe/tracedb.h), with the events
  * a DDP trainer records (traces/README.md) for a small scripted run: per iteration a forward
- * (a buffer broadcast, a batch), a backward (one gradient-ready hook and mark per parameter in
- * reverse order, buckets launched in index order as they fill), the bucket allreduces, a
+ * (a buffer broadcast, a batch), a backward (one gradient-ready hook per parameter in reverse
+ * order, each marking its parameter ready, buckets launched in index order as they fill), the
+ * bucket allreduces, a
  * finalize and an optimiser step. One fault at a time bends the script the way the real
  * mechanism would; what each one leaves is documented at its field. */
 #ifndef TESTS_TRACE_SYNTH_H
@@ -40,6 +41,8 @@ typedef struct SynthSpec {
     int gpu_kernels;  // GPU_KERNEL records per iteration (CUPTI-style: iter = correlation)
     int64_t overruns; // meta overruns of rank 0
     int user_version; // PRAGMA user_version to set on rank 0 afterwards (0: leave it)
+    bool split_marks; // a version 1 trace: each hook's mark is a MARK_READY row after its
+                      // GRAD_READY (not a GRAD_READY flagged marked); user_version 1 on every rank
 } SynthSpec;
 
 // A spec with every fault off: world 2, 16 parameters, 3 iterations, 2 buckets.

@@ -1,11 +1,14 @@
--- schema.sql -- the ddpdbg trace format, version 1 (PRAGMA user_version). One SQLite database
+-- schema.sql -- the ddpdbg trace format, version 2 (PRAGMA user_version). One SQLite database
 -- per rank, rank<R>.db, written by that rank's probe (probe/probe.c) and, for a rank that
 -- died, completed by the launcher's drain of its ring. Compiled into the probe from this very
 -- file (probe/embed_schema.sh), so this text is the only definition. traces/README.md
 -- documents every kind and column. Times are integer ns of CLOCK_REALTIME (one clock for all
 -- ranks of a host). A new column or table is additive and keeps version 1 readable; renaming
--- or retyping anything raises user_version, and readers refuse versions newer than theirs.
-PRAGMA user_version = 1;
+-- or retyping anything, or changing what a row means, raises user_version, and readers refuse
+-- versions newer than theirs. Version 2: a hook that marks its parameter ready at once is one
+-- GRAD_READY row with flag 2 and the bucket in d (version 1 had a MARK_READY row after it);
+-- view marks lists every mark either way.
+PRAGMA user_version = 2;
 
 -- Run and rank metadata: what the probe knows at open (rank, pid, host, ring, ring_capacity,
 -- created_ns), what the trainer reports in META records (world, args, revision, ...), and
@@ -69,7 +72,8 @@ CREATE TABLE layouts(
 
 -- Every record of the rank, in the order it was produced: seq is the per-rank record number
 -- (1-based). Long text is reassembled from its TEXT continuation records, which get no row of
--- their own (so seq has gaps where they were). kind names: table kinds. flags bit 0: ok (COLL_DONE).
+-- their own (so seq has gaps where they were). kind names: table kinds. flags bit 0: ok
+-- (COLL_DONE); bit 1: marked (GRAD_READY: the hook marked its parameter ready in bucket d).
 CREATE TABLE events(
     seq   INTEGER PRIMARY KEY,
     t_ns  INTEGER NOT NULL,
@@ -90,3 +94,12 @@ CREATE TABLE events(
 CREATE VIEW named_events AS
     SELECT e.seq, e.t_ns, e.iter, k.name AS kind, e.a, e.b, e.c, e.d, e.flags, e.text
     FROM events e JOIN kinds k USING (kind);
+
+-- Every mark of a parameter ready in its bucket: GRAD_READY rows whose hook marked it (flag 2),
+-- and MARK_READY rows (marks of no hook of their own: find_unused_parameters' unused ones).
+-- A parameter with no row here for an iteration never reported to the reducer in it.
+CREATE VIEW marks AS
+    SELECT seq, t_ns, iter, a AS param, d AS bucket, 0 AS unused
+    FROM events WHERE kind = 8 AND flags & 2
+    UNION ALL
+    SELECT seq, t_ns, iter, a, b, c FROM events WHERE kind = 9;

@@ -83,14 +83,37 @@ static ProbeOp op_code(const char *op) {
     return PROBE_OP_ALLREDUCE;
 }
 
+// Writes the pending hook's row; marked_bucket >= 0: the hook marked its parameter ready there.
+static void write_hook(TrainTrace *t, int marked_bucket) {
+    TraceHook *h = &t->hook;
+    if (!h->pending) return;
+    h->pending = false;
+    probe_emit_at(t->probe, h->t_ns, PROBE_GRAD_READY, marked_bucket >= 0 ? PROBE_FLAG_MARKED : 0,
+                  t->iter, h->param, h->order, h->grad_defined, marked_bucket >= 0 ? marked_bucket : 0);
+}
+
 void trace_reducer_event(void *user, const ReducerEvent *e) {
     TrainTrace *t = user;
     Probe *p = t->probe;
     if (!p) return;
+    // The hook's own mark, before anything else happened: one row. Anything else first writes
+    // the hook's row as it is (a hook under no_sync, a static graph's counting hooks, the
+    // unused parameters find_unused_parameters marks at the first hook).
+    if (e->kind == REDUCER_EV_MARK_READY && t->hook.pending && t->hook.param == e->param &&
+        !e->unused) {
+        write_hook(t, e->bucket);
+        return;
+    }
+    write_hook(t, -1);
     switch (e->kind) {
     case REDUCER_EV_HOOK:
-        probe_emit(p, PROBE_GRAD_READY, t->iter, e->param, t->hook_order++, e->grad_defined, 0,
-                   NULL);
+        t->hook = (TraceHook){.pending = true,
+                              .param = e->param,
+                              .order = t->hook_order++,
+                              .grad_defined = e->grad_defined,
+                              .t_ns = probe_now_ns()};
+        break;
+    case REDUCER_EV_HOOK_DONE:
         break;
     case REDUCER_EV_MARK_READY:
         probe_emit(p, PROBE_MARK_READY, t->iter, e->param, e->bucket, e->unused, 0, NULL);

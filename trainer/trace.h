@@ -14,10 +14,22 @@
 #include "trainer/dist/ddp.h"
 #include "trainer/nn/module.h"
 
+// A gradient-ready hook not yet recorded: its row waits for the mark that usually follows
+// (then it is one GRAD_READY row flagged PROBE_FLAG_MARKED, half the rows of a trace) and is
+// written, with the hook's time, by the next reducer event, at the latest when the hook
+// returns. A rank killed inside a hook loses that hook's row.
+typedef struct TraceHook {
+    bool pending;
+    int param, order;
+    bool grad_defined;
+    int64_t t_ns;
+} TraceHook;
+
 typedef struct TrainTrace {
     Probe *probe;        // NULL: tracing off
     int64_t iter;        // the trainer's iteration (batches so far, all epochs)
     int hook_order;      // gradient-ready hooks so far in this backward
+    TraceHook hook;      // the hook being run, until its row is written
     int generation;      // bucket layouts installed so far
     ProbePhase phase;    // the phase a collective wait returns to
     const Registry *reg; // from trace_params: parameter sizes for layout offsets

@@ -26,7 +26,8 @@ void fault_observer(void *user, const ReducerEvent *e) {
     if (e->kind == REDUCER_EV_FINALIZE) o->hooks = 0;
     const Fault *f = fault_find(o->faults, o->n_faults, FAULT_KILL, o->rank, o->iter);
     if (!f) return;
-    if (f->phase == FAULT_PHASE_BACKWARD && e->kind == REDUCER_EV_HOOK &&
+    // after the hook that makes half the parameters' hooks has returned: its row is recorded
+    if (f->phase == FAULT_PHASE_BACKWARD && e->kind == REDUCER_EV_HOOK_DONE &&
         o->hooks == o->n_params / 2)
         kill_now(o->rank, o->iter, "in the middle of backward");
     if (f->phase == FAULT_PHASE_ALLREDUCE && e->kind == REDUCER_EV_COLLECTIVE_WAIT && e->what &&

@@ -18,8 +18,8 @@ typedef struct FaultObserver {
 } FaultObserver;
 
 // The reducer's observer (user: a FaultObserver): the trace, then fault=kill with
-// phase=backward (at the hook of half the parameters) and phase=allreduce (when the rank starts
-// waiting for its first bucket).
+// phase=backward (once the hook of half the parameters has returned) and phase=allreduce
+// (when the rank starts waiting for its first bucket).
 void fault_observer(void *user, const ReducerEvent *e);
 // fault=kill with this phase at iteration ni on this rank: SIGKILL now (says so first).
 void fault_kill_point(const Fault *faults, int n, int rank, int64_t ni, FaultPhase phase);

@@ -136,7 +136,8 @@ static void finish_rank(ModelRank *r, RankLoader *L) {
         r->state = RANK_RUNNING;
 }
 
-// Hook events (GRAD_READY, MARK_READY) are most of a trace: two per parameter per backward.
+// Hook events (GRAD_READY, MARK_READY) are most of a trace: one per parameter per backward
+// (two in a version 1 trace, whose hooks had a MARK_READY row of their own).
 // An iteration whose backward finalized without an error had every parameter of its layout
 // marked ready exactly once (the reducer finalizes only when every bucket is ready, and a
 // second mark is its error), so without find_unused_parameters or static_graph (where the

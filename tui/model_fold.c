@@ -336,6 +336,21 @@ static int implied_phase(int kind) {
     }
 }
 
+// Parameter p (checked by the caller) marked ready in bucket b: a MARK_READY row, or a
+// GRAD_READY row whose hook marked it (PROBE_FLAG_MARKED, the bucket in d).
+static void fold_mark(const ModelRank *r, ModelIter *it, int p, int64_t b, bool unused) {
+    if (!model_bit(it->marked, p)) {
+        fold_set_bit(it->marked, p);
+        it->n_marked++;
+    }
+    if (unused && !model_bit(it->marked_unused, p)) {
+        fold_set_bit(it->marked_unused, p);
+        it->n_marked_unused++;
+    }
+    int n_buckets = it->layout >= 0 ? r->layouts[it->layout].n_buckets : 0;
+    if (b >= 0 && b < n_buckets) it->bucket_ready[b]++;
+}
+
 void fold_event(ModelRank *r, RankLoader *L, const Event *e) {
     if (e->kind != PROBE_LAYOUT) fold_finish_layout(r, L);
     switch (e->kind) { // GPU records: iter is CUPTI's correlation id, not an iteration
@@ -445,18 +460,10 @@ void fold_event(ModelRank *r, RankLoader *L, const Event *e) {
             fold_set_bit(it->grad_ready, e->a);
             it->n_grad_ready++;
         }
+        if (e->flags & PROBE_FLAG_MARKED) fold_mark(r, it, e->a, e->d, false);
         break;
     case PROBE_MARK_READY:
-        if (!param_ok) break;
-        if (!model_bit(it->marked, e->a)) {
-            fold_set_bit(it->marked, e->a);
-            it->n_marked++;
-        }
-        if (e->c && !model_bit(it->marked_unused, e->a)) {
-            fold_set_bit(it->marked_unused, e->a);
-            it->n_marked_unused++;
-        }
-        if (bucket_ok) it->bucket_ready[e->b]++;
+        if (param_ok) fold_mark(r, it, e->a, e->b, e->c != 0);
         break;
     case PROBE_BUCKET_READY:
         if (bucket_ok && !it->bucket_ready_ns[e->b]) it->bucket_ready_ns[e->b] = e->t;

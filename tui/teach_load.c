@@ -14,7 +14,16 @@ static int cmp_event(const void *pa, const void *pb) {
     const TeachEvent *a = pa, *b = pb;
     if (a->t_ns != b->t_ns) return a->t_ns < b->t_ns ? -1 : 1;
     if (a->rank != b->rank) return a->rank - b->rank;
-    return a->seq < b->seq ? -1 : a->seq > b->seq;
+    if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+    return a->kind - b->kind; // a marking hook's two steps: GRAD_READY, then MARK_READY
+}
+
+static TeachEvent *append(TeachEvent **ev, int *n, int *cap) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 4096;
+        *ev = xrealloc(*ev, (size_t)*cap * sizeof(TeachEvent));
+    }
+    return &(*ev)[(*n)++];
 }
 
 void teach_default_range(const Model *m, int64_t *lo, int64_t *hi) {
@@ -88,12 +97,9 @@ static int load_rank(const Model *m, int r, int64_t lo, int64_t hi, TeachEvent *
             if (a == generation) continue;
             generation = a;
         }
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 4096;
-            *ev = xrealloc(*ev, (size_t)*cap * sizeof(TeachEvent));
-        }
         const unsigned char *text = sqlite3_column_text(st, 9);
-        (*ev)[(*n)++] = (TeachEvent){
+        TeachEvent *e = append(ev, n, cap);
+        *e = (TeachEvent){
             .rank = r,
             .seq = sqlite3_column_int64(st, 0),
             .t_ns = sqlite3_column_int64(st, 1),
@@ -106,6 +112,19 @@ static int load_rank(const Model *m, int r, int64_t lo, int64_t hi, TeachEvent *
             .flags = (uint16_t)sqlite3_column_int(st, 8),
             .text = text ? xstrdup((const char *)text) : NULL,
         };
+        // A hook that marked its parameter at once is one row; the replay shows the reducer's
+        // two steps: the gradient is ready, then it is marked ready in its bucket.
+        if (kind == PROBE_GRAD_READY && (e->flags & PROBE_FLAG_MARKED)) {
+            e->flags &= (uint16_t)~PROBE_FLAG_MARKED;
+            TeachEvent mark = {.rank = r,
+                               .seq = e->seq,
+                               .t_ns = e->t_ns,
+                               .iter = e->iter,
+                               .kind = PROBE_MARK_READY,
+                               .a = e->a,
+                               .b = (int32_t)e->d};
+            *append(ev, n, cap) = mark; // e is invalid from here: append may move the array
+        }
     }
     if (rc != SQLITE_DONE)
         snprintf(err, errlen, "%s: reading events: %s", path, sqlite3_errmsg(db));

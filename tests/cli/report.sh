@@ -78,7 +78,7 @@ refused "a non-SQLite rank file" "$tmp/foreign/rank0.db" report "$tmp/foreign"
 if command -v sqlite3 >/dev/null; then
     mkdir -p "$tmp/newer" && cp "$examples/healthy/rank0.db" "$tmp/newer/rank0.db"
     sqlite3 "$tmp/newer/rank0.db" "PRAGMA user_version = 99"
-    refused "a newer schema" "trace $tmp/newer/rank0.db has schema version 99, this ddpdbg reads up to 1" report "$tmp/newer"
+    refused "a newer schema" "trace $tmp/newer/rank0.db has schema version 99, this ddpdbg reads up to 2" report "$tmp/newer"
     refused "export of a newer schema" "schema version 99" export "$tmp/newer" --chrome "$tmp/x.json"
 fi
 refused "report without a directory" "expected a trace directory" report

@@ -41,8 +41,11 @@ for r in 0 1; do
     hooks=$(q "$db" "select count(*) from events where kind=8") # GRAD_READY
     check "rank $r: one hook per parameter per backward ($hooks for $iters x $n_params)" \
         [ "$hooks" = $((iters * n_params)) ]
-    check "rank $r: every hook's parameter marked ready" \
-        [ "$(q "$db" "select count(*) from events where kind=9")" = "$hooks" ]
+    check "rank $r: every hook marked its parameter ready" \
+        [ "$(q "$db" "select count(*) from events where kind=8 and (flags & 2)")" = "$hooks" ]
+    check "rank $r: view marks lists them" [ "$(q "$db" "select count(*) from marks")" = "$hooks" ]
+    check "rank $r: no mark of its own (no unused parameter)" \
+        [ "$(q "$db" "select count(*) from events where kind=9")" = 0 ]
     launched=$(q "$db" "select count(*) from events where kind=11")
     done_ok=$(q "$db" "select count(*) from events where kind=12 and (flags & 1)")
     check "rank $r: every collective completed ($done_ok of $launched)" [ "$launched" = "$done_ok" ]

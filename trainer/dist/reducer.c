@@ -454,10 +454,21 @@ static void push_rebuilt_params(Reducer *r, int i) {
     r->rebuilt[r->n_rebuilt++] = i;
 }
 
+static int autograd_hook(Reducer *r, int i);
+
 int reducer_autograd_hook(Reducer *r, int i) {
+    emit(r, (ReducerEvent){.kind = REDUCER_EV_HOOK,
+                           .param = i,
+                           .bucket = -1,
+                           .grad_defined = r->params[i]->grad_defined});
+    int rc = autograd_hook(r, i);
+    emit(r, (ReducerEvent){.kind = REDUCER_EV_HOOK_DONE, .param = i, .bucket = -1});
+    return rc;
+}
+
+// Reducer::autograd_hook: what the hook of parameter i does.
+static int autograd_hook(Reducer *r, int i) {
     Tensor *p = r->params[i];
-    emit(r, (ReducerEvent){
-                .kind = REDUCER_EV_HOOK, .param = i, .bucket = -1, .grad_defined = p->grad_defined});
     if (!r->first_autograd_hook_called) {
         r->first_autograd_hook_called = true;
         r->num_bwd_calls++;

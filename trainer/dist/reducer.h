@@ -71,6 +71,7 @@ typedef struct ReducerConfig {
 // the iteration (num_iterations, 1-based once training started).
 typedef enum {
     REDUCER_EV_HOOK,          // param's gradient-ready hook fired (grad_defined says if it has one)
+    REDUCER_EV_HOOK_DONE,     // that hook returned (whatever it marked, launched or raised)
     REDUCER_EV_MARK_READY,    // param marked ready in its bucket (unused ones too: unused = true)
     REDUCER_EV_BUCKET_READY,  // bucket's pending count reached 0
     REDUCER_EV_COLLECTIVE,    // a collective was launched: op, bucket (-1 if none), numel, seq
@@ -84,7 +85,7 @@ typedef enum {
 typedef struct ReducerEvent {
     ReducerEventKind kind;
     int64_t iteration;
-    int param;          // HOOK, MARK_READY; else -1
+    int param;          // HOOK, HOOK_DONE, MARK_READY; else -1
     int bucket;         // MARK_READY, BUCKET_READY, COLLECTIVE(_DONE) of a bucket; else -1
     bool grad_defined;  // HOOK
     bool unused;        // MARK_READY: marked as unused by find_unused_parameters
