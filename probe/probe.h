@@ -157,7 +157,7 @@ typedef struct ProbeConfig {
     const char *dir;   // trace directory, created with its parents if missing
     int rank;          // the files are dir/rank<R>.ring and dir/rank<R>.db (replaced if present)
     uint64_t capacity; // ring records; 0: PROBE_DEFAULT_CAPACITY
-    int flush_ms;      // how often the writer polls the ring; 0: 5 ms
+    int flush_ms;      // how often the writer polls the ring and commits; 0: 5 ms
     int heartbeat_ms;  // the writer thread emits HEARTBEAT this often; 0: never
     bool keep_ring;    // keep rank<R>.ring after a clean close (removed by default)
 } ProbeConfig;

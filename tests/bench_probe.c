@@ -1,6 +1,7 @@
 /* bench_probe.c -- what the flight recorder costs: events per second into the ring from one
- * thread (and from two at once), rows per second the writer thread moves into SQLite, and the
- * cost of an emit with the probe off (a NULL Probe). Files go to a temporary directory. The
+ * thread (and from two at once), rows per second the writer thread moves into SQLite, the
+ * writer's CPU per row at a training run's pace for three commit intervals, and the cost of an
+ * emit with the probe off (a NULL Probe). Files go to a temporary directory. The
  * ring figures reset the tail between runs (a consumer that keeps up), so they time the
  * producer alone. Prints timings only; exit 1 only if the probe cannot open. */
 #include "probe/probe.h"
@@ -16,6 +17,17 @@
 #define RUNS 7
 #define RING_CAPACITY (1u << 20)
 #define WRITER_EVENTS (1u << 20)
+// A 2-rank rtdetr-tiny step on this project's 2-core machine, as one rank's probe sees it
+// (bench_trace): 340 records per step, about 11 steps a second.
+#define PACE_ROWS 340
+#define PACE_STEPS_PER_S 11
+#define PACE_SECONDS 8
+
+static double cpu_seconds(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static double now(void) {
     struct timespec t;
@@ -97,6 +109,29 @@ static double writer_rate(const char *dir, bool with_text, double *close_s) {
     return median(rates, 3);
 }
 
+// The writer's CPU per stored row when the rows come at a training run's pace: PACE_ROWS
+// marked hooks per step, PACE_STEPS_PER_S steps a second, the writer committing every flush_ms.
+// Its CPU is the process's less this (the emitting) thread's: no other thread runs.
+static double writer_us_per_row(const char *dir, int rank, int flush_ms) {
+    ProbeConfig cfg = {.dir = dir, .rank = rank, .flush_ms = flush_ms, .heartbeat_ms = 1000};
+    Probe *p = probe_open(&cfg);
+    if (!p) exit(1);
+    usleep(300000); // the writer has stored the opening metadata
+    double proc0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), self0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t rows = 0;
+    for (int step = 0; step < PACE_STEPS_PER_S * PACE_SECONDS; step++) {
+        for (int i = 0; i < PACE_ROWS; i++, rows++)
+            probe_emit_at(p, 0, PROBE_GRAD_READY, PROBE_FLAG_MARKED, step, i, i, 1, i & 1);
+        usleep(1000000 / PACE_STEPS_PER_S);
+    }
+    for (ProbeStats st = probe_stats(p); st.stored < st.claimed; st = probe_stats(p))
+        usleep(1000);
+    double writer = (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - proc0) -
+                    (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - self0);
+    probe_close(p);
+    return 1e6 * writer / (double)rows;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     return remove(path);
 }
@@ -124,6 +159,16 @@ int main(void) {
            WRITER_EVENTS, close_s * 1e3);
     rows = writer_rate(dir, true, &close_s);
     printf("  1 in 64 with a 14-byte text: %6.2f M rows/s\n", rows / 1e6);
+
+    printf("writer at a training run's pace (%d rows per step, %d steps/s, %d s each; CPU per "
+           "row, and per step):\n",
+           PACE_ROWS, PACE_STEPS_PER_S, PACE_SECONDS);
+    const int intervals[] = {200, 500, 1000};
+    for (int i = 0; i < 3; i++) {
+        double us = writer_us_per_row(dir, 10 + i, intervals[i]);
+        printf("  commits every %4d ms: %.2f us per row, %.3f ms per step\n", intervals[i], us,
+               us * PACE_ROWS / 1e3);
+    }
 
     // Probe off: the cost of probe_emit(NULL, ...) over a loop that does the same volatile load.
     Probe *volatile off = NULL;

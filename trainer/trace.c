@@ -15,11 +15,12 @@ void trace_open(TrainTrace *t, const char *dir, int rank, int world, bool gpu, i
                 char **argv) {
     *t = (TrainTrace){.phase = PROBE_PHASE_STARTUP};
     if (!dir || !*dir) return;
-    // The writer wakes every 200 ms: much of its cost is per wake-up and commit, not per row
-    // (bench_trace, writer CPU per stored row: 1.57 us at 50 ms, 1.28 us at 200 ms), the
-    // live view reads the databases 5 times a second, and the watchdog reads the rings, not
-    // the databases. A dying rank loses nothing by it: the launcher drains its ring.
-    ProbeConfig cfg = {.dir = dir, .rank = rank, .heartbeat_ms = 1000, .flush_ms = 200};
+    // The writer commits once a second, with the heartbeat: a commit costs about as much as
+    // 500 rows (bench_probe, rows at a training run's pace: 1.04 us a row with commits every
+    // 200 ms, 0.63 us every 1000 ms), and on busy cores the ranks lose what the writer runs.
+    // The live view shows what is at most a second old; the watchdog reads the rings, not the
+    // databases; a dying rank loses nothing by it: the launcher drains its ring.
+    ProbeConfig cfg = {.dir = dir, .rank = rank, .heartbeat_ms = 1000, .flush_ms = 1000};
     t->probe = probe_open(&cfg);
     if (!t->probe) return; // probe_open warned once; training goes on untraced
     // GPU activity (kernels, copies, NCCL kernels tied to their collective); a failure warns
