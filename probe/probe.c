@@ -24,10 +24,12 @@ struct Probe {
     TraceDb *db;
     pthread_t writer;
     int rank, flush_ms, heartbeat_ms;
+    uint64_t half_capacity;   // ring records: an emit beyond this many unstored nudges the writer
     bool keep_ring;
     int stop;                 // atomic: probe_close asks the writer to finish
-    pthread_mutex_t wake_mu;  // with wake: probe_close wakes the writer from its wait
-    pthread_cond_t wake;
+    pthread_mutex_t wake_mu;  // with wake: probe_close, or an emit that finds the ring half
+    pthread_cond_t wake;      // full, wakes the writer from its wait
+    int nudged;               // atomic: an emit has woken the writer since its last flush
     int off;                  // atomic: the probe failed; emits are no-ops
     uint64_t events;          // writer's: events stored
     uint64_t overruns_stored; // writer's: the overrun count last written to meta
@@ -70,7 +72,18 @@ static int64_t mono_ms(void) {
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-// Waits ms, or until probe_close sets stop and signals (then at once).
+// Wakes the writer now, once per flush, when the ring is half full: a burst between two of
+// its flushes (a second apart) must not overrun the ring. Costs an emit two loads otherwise.
+static void nudge_writer(Probe *p) {
+    if (ring_unstored(p->ring) < p->half_capacity || __atomic_load_n(&p->nudged, __ATOMIC_RELAXED) ||
+        __atomic_exchange_n(&p->nudged, 1, __ATOMIC_ACQ_REL))
+        return;
+    pthread_mutex_lock(&p->wake_mu);
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->wake_mu);
+}
+
+// Waits ms, or until probe_close sets stop, or an emit nudges (then at once).
 static void wait_ms(Probe *p, int ms) {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -79,6 +92,7 @@ static void wait_ms(Probe *p, int ms) {
     if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
     pthread_mutex_lock(&p->wake_mu);
     while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&p->nudged, __ATOMIC_ACQUIRE) &&
            pthread_cond_timedwait(&p->wake, &p->wake_mu, &until) != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&p->wake_mu);
@@ -139,6 +153,7 @@ static void *writer_main(void *arg) {
                             (int64_t)st.head - 1, st.phase_t_ns, NULL, 0);
             next_heartbeat = mono_ms() + p->heartbeat_ms; // no burst to catch up after a stall
         }
+        __atomic_store_n(&p->nudged, 0, __ATOMIC_RELEASE); // before: a later nudge wakes us
         if (flush(p) < 0) {
             probe_fail(p, tracedb_error(p->db));
             return NULL;
@@ -192,6 +207,7 @@ Probe *probe_open(const ProbeConfig *cfg) {
     p->flush_ms = cfg->flush_ms > 0 ? cfg->flush_ms : DEFAULT_FLUSH_MS;
     p->heartbeat_ms = cfg->heartbeat_ms;
     p->keep_ring = cfg->keep_ring;
+    p->half_capacity = probe_ring_state(ring).capacity / 2;
     pthread_mutex_init(&p->wake_mu, NULL);
     pthread_condattr_t monotonic;
     pthread_condattr_init(&monotonic);
@@ -259,12 +275,14 @@ void probe_record(Probe *p, ProbeKind kind, uint16_t flags, int64_t iter, int32_
                   int64_t c, int64_t d, const char *text, size_t len) {
     if (__atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
     probe_ring_emit(p->ring, kind, flags, iter, a, b, c, d, text, len);
+    nudge_writer(p);
 }
 
 void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
                    int32_t a, int32_t b, int64_t c, int64_t d) {
-    if (p && !__atomic_load_n(&p->off, __ATOMIC_RELAXED))
-        probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
+    if (!p || __atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
+    probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
+    nudge_writer(p);
 }
 
 // Formats into buf (n bytes) or, when longer, a malloc'd string that *heap owns.

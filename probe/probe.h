@@ -16,7 +16,8 @@
 
 // The trace schema version this build writes and the newest it reads (PRAGMA user_version).
 #define PROBE_SCHEMA_VERSION 2
-// Ring records a ProbeConfig with capacity 0 gets: 8 MiB of ring, ~90 iterations of rtdetr-l.
+// Ring records a ProbeConfig with capacity 0 gets: 8 MiB of ring, ~200 iterations of rtdetr-l
+// (the writer empties it once a second).
 #define PROBE_DEFAULT_CAPACITY (1u << 17)
 #define PROBE_TEXT_BYTES 12 // text bytes a record holds; longer text continues in TEXT records
 
@@ -157,7 +158,8 @@ typedef struct ProbeConfig {
     const char *dir;   // trace directory, created with its parents if missing
     int rank;          // the files are dir/rank<R>.ring and dir/rank<R>.db (replaced if present)
     uint64_t capacity; // ring records; 0: PROBE_DEFAULT_CAPACITY
-    int flush_ms;      // how often the writer polls the ring and commits; 0: 5 ms
+    int flush_ms;      // how often the writer polls the ring and commits; 0: 5 ms. An emit
+                       // that finds the ring half full wakes it at once.
     int heartbeat_ms;  // the writer thread emits HEARTBEAT this often; 0: never
     bool keep_ring;    // keep rank<R>.ring after a clean close (removed by default)
 } ProbeConfig;

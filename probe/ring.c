@@ -309,6 +309,11 @@ RingRead ring_read(const ProbeRing *ring, uint64_t seq, ProbeRecord *head, TextB
     return RING_READ_OK;
 }
 
+uint64_t ring_unstored(const ProbeRing *ring) {
+    return __atomic_load_n(&ring->h->head, __ATOMIC_RELAXED) - 1 -
+           __atomic_load_n(&ring->h->tail, __ATOMIC_RELAXED);
+}
+
 void ring_set_tail(ProbeRing *ring, uint64_t seq) {
     __atomic_store_n(&ring->h->tail, seq, __ATOMIC_RELEASE);
 }

@@ -26,6 +26,8 @@ typedef enum RingRead {
 // producer can be reusing the slot.
 RingRead ring_read(const ProbeRing *ring, uint64_t seq, ProbeRecord *head, TextBuf *text,
                    uint64_t *n_records);
+// Records claimed and not yet stored (two relaxed loads: a hint for waking the writer).
+uint64_t ring_unstored(const ProbeRing *ring);
 // Declares every record up to seq stored (release): their slots may be reused.
 void ring_set_tail(ProbeRing *ring, uint64_t seq);
 // Marks the ring as closed cleanly: the writer stored everything.

@@ -258,6 +258,34 @@ typedef struct Shared {
     int64_t committed; // the child's last event whose probe_emit returned
 } Shared;
 
+// A burst between two of the writer's flushes: 4096 events into a 1024-record ring whose
+// writer waits 10 s between flushes. The emit that finds the ring half full wakes the writer,
+// so nothing is dropped; and probe_close wakes it too, rather than waiting out its 10 s.
+static void test_burst_wakes_writer(void) {
+    ProbeConfig cfg = {.dir = at("burst"), .rank = 0, .capacity = 1024, .flush_ms = 10000};
+    Probe *p = probe_open(&cfg);
+    EXPECT(p, "probe_open");
+    if (!p) return;
+    usleep(100000); // the writer's first flush is done: it waits now
+    const int n = 4096, per_burst = 64;
+    for (int i = 0; i < n; i++) {
+        probe_emit(p, PROBE_GRAD_READY, i / 512, i % 512, i, 1, 0, NULL);
+        if (i % per_burst == per_burst - 1) usleep(1000);
+    }
+    ProbeStats st = probe_stats(p);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    probe_close(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double close_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    EXPECT(st.overruns == 0, "%llu of %d events dropped: the writer slept through the burst",
+           (unsigned long long)st.overruns, n);
+    EXPECT(close_s < 5, "probe_close took %.1f s: it waited out the writer's 10 s", close_s);
+    sqlite3 *db = db_open(at("burst/rank0.db"));
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = 8") == n, "%d events stored", n);
+    sqlite3_close(db);
+}
+
 static void test_kill9_drained(void) {
     Shared *sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     sh->committed = 0;
@@ -657,6 +685,7 @@ int main(void) {
     test_threads_conserved();
     test_processes_conserved();
     test_overrun_counted();
+    test_burst_wakes_writer();
     test_kill9_drained();
     test_drain_in_flight();
     test_tables_and_text();
