@@ -15,9 +15,10 @@ void trace_open(TrainTrace *t, const char *dir, int rank, int world, bool gpu, i
                 char **argv) {
     *t = (TrainTrace){.phase = PROBE_PHASE_STARTUP};
     if (!dir || !*dir) return;
-    // The writer commits once a second, with the heartbeat: a commit costs about as much as
-    // 500 rows (bench_probe, rows at a training run's pace: 1.04 us a row with commits every
-    // 200 ms, 0.63 us every 1000 ms), and on busy cores the ranks lose what the writer runs.
+    // The writer commits once a second, with the heartbeat: a commit costs as much as a few
+    // hundred rows (bench_probe, rows at a training run's pace: 0.92-1.04 us a row with commits
+    // every 200 ms, 0.63-0.70 us every 1000 ms), and on busy cores the ranks lose what the
+    // writer runs.
     // The live view shows what is at most a second old; the watchdog reads the rings, not the
     // databases; a dying rank loses nothing by it: the launcher drains its ring.
     ProbeConfig cfg = {.dir = dir, .rank = rank, .heartbeat_ms = 1000, .flush_ms = 1000};
