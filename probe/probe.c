@@ -24,7 +24,7 @@ struct Probe {
     TraceDb *db;
     pthread_t writer;
     int rank, flush_ms, heartbeat_ms;
-    uint64_t half_capacity;   // ring records: an emit beyond this many unstored nudges the writer
+    uint64_t half_capacity; // ring records: an emit beyond this many unstored nudges the writer
     bool keep_ring;
     int stop;                 // atomic: probe_close asks the writer to finish
     pthread_mutex_t wake_mu;  // with wake: probe_close, or an emit that finds the ring half
@@ -75,7 +75,8 @@ static int64_t mono_ms(void) {
 // Wakes the writer now, once per flush, when the ring is half full: a burst between two of
 // its flushes (a second apart) must not overrun the ring. Costs an emit two loads otherwise.
 static void nudge_writer(Probe *p) {
-    if (ring_unstored(p->ring) < p->half_capacity || __atomic_load_n(&p->nudged, __ATOMIC_RELAXED) ||
+    if (ring_unstored(p->ring) < p->half_capacity ||
+        __atomic_load_n(&p->nudged, __ATOMIC_RELAXED) ||
         __atomic_exchange_n(&p->nudged, 1, __ATOMIC_ACQ_REL))
         return;
     pthread_mutex_lock(&p->wake_mu);
@@ -278,8 +279,8 @@ void probe_record(Probe *p, ProbeKind kind, uint16_t flags, int64_t iter, int32_
     nudge_writer(p);
 }
 
-void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
-                   int32_t a, int32_t b, int64_t c, int64_t d) {
+void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
+                   int32_t b, int64_t c, int64_t d) {
     if (!p || __atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
     probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
     nudge_writer(p);
@@ -363,8 +364,8 @@ int probe_drain(const char *ring_file, const char *db_path, ProbeDrainReport *re
     }
     ProbeRingState st = probe_ring_state(ring);
     if (st.head == 0 || st.tail >= st.head) { // head counts from 1; the tail never passes it
-        snprintf(err, errlen, "ring %s is damaged: its header says head %llu, tail %llu",
-                 ring_file, (unsigned long long)st.head, (unsigned long long)st.tail);
+        snprintf(err, errlen, "ring %s is damaged: its header says head %llu, tail %llu", ring_file,
+                 (unsigned long long)st.head, (unsigned long long)st.tail);
         tracedb_close(db, true);
         probe_ring_close(ring);
         return -1;

@@ -130,9 +130,8 @@ void probe_ring_close(ProbeRing *ring);
 bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
                      int32_t b, int64_t c, int64_t d, const char *text, size_t len);
 // probe_ring_emit for an event that happened at t_ns (probe_now_ns) and is recorded later.
-bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags,
-                        int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d, const char *text,
-                        size_t len);
+bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
+                        int32_t a, int32_t b, int64_t c, int64_t d, const char *text, size_t len);
 // The probe's clock: CLOCK_REALTIME in ns (the records' t_ns).
 int64_t probe_now_ns(void);
 // Sets the live state in the header (relaxed stores, no record): what the launcher's watchdog
@@ -195,8 +194,8 @@ static inline void probe_emit_text(Probe *p, ProbeKind kind, uint16_t flags, int
 }
 // An event without text that happened at t_ns (probe_now_ns), recorded now: the trainer's
 // hook row, which it writes once the mark that follows the hook is known.
-void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
-                   int32_t a, int32_t b, int64_t c, int64_t d);
+void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
+                   int32_t b, int64_t c, int64_t d);
 // printf-style text; formats nothing when p is NULL.
 void probe_emitf(Probe *p, ProbeKind kind, int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d,
                  const char *fmt, ...) __attribute__((format(printf, 8, 9)));

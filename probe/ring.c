@@ -201,9 +201,8 @@ bool probe_ring_emit(ProbeRing *ring, ProbeKind kind, uint16_t flags, int64_t it
 }
 
 // t_ns 0: now, read once the slots are claimed.
-bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags,
-                        int64_t iter, int32_t a, int32_t b, int64_t c, int64_t d, const char *text,
-                        size_t len) {
+bool probe_ring_emit_at(ProbeRing *ring, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter,
+                        int32_t a, int32_t b, int64_t c, int64_t d, const char *text, size_t len) {
     CHECK(!(flags & PROBE_FLAG_CONTINUED), "probe_ring_emit: flag 0x8000 is the ring's own");
     uint64_t n_parts =
         len > PROBE_TEXT_BYTES ? CEIL_DIV(len - PROBE_TEXT_BYTES, PROBE_TEXT_BYTES) : 0;

@@ -117,7 +117,8 @@ static double writer_us_per_row(const char *dir, int rank, int flush_ms) {
     Probe *p = probe_open(&cfg);
     if (!p) exit(1);
     usleep(300000); // the writer has stored the opening metadata
-    double proc0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), self0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    double proc0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID),
+           self0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     uint64_t rows = 0;
     for (int step = 0; step < PACE_STEPS_PER_S * PACE_SECONDS; step++) {
         for (int i = 0; i < PACE_ROWS; i++, rows++)

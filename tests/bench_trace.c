@@ -404,8 +404,8 @@ static double emit_ns(const char *dir) {
         ring_set_tail(ring, probe_ring_state(ring).head - 1);
         t0 = now();
         for (uint32_t i = 0; i < n; i++)
-            probe_ring_emit(ring, PROBE_GRAD_READY, PROBE_FLAG_MARKED, 1, (int32_t)i, (int32_t)i,
-                            1, 0, NULL, 0);
+            probe_ring_emit(ring, PROBE_GRAD_READY, PROBE_FLAG_MARKED, 1, (int32_t)i, (int32_t)i, 1,
+                            0, NULL, 0);
     }
     double ns = 1e9 * (now() - t0) / n;
     probe_ring_close(ring);
@@ -491,8 +491,8 @@ static void study_print(const Study *st, double ns_per_emit) {
         printf("  BOUND %s: %d writers x %.2f ms + %.0f emits x %.0f ns = %.2f ms per step, %.2f%% "
                "of the off step (%.1f ms): the most the probe can cost a step if its writers run "
                "only on cores the ranks need\n",
-               st->model, WORLD, 1e3 * per_step, emits, ns_per_emit, 1e3 * bound,
-               100 * bound / off, 1e3 * off);
+               st->model, WORLD, 1e3 * per_step, emits, ns_per_emit, 1e3 * bound, 100 * bound / off,
+               1e3 * off);
     } else {
         printf("  writer thread CPU: its thread was not found (/proc/self/task)\n");
     }

@@ -125,8 +125,7 @@ static void test_examples(void) {
     }
     model_free(&m);
 
-    EXPECT(model_load(&m, "traces/examples/skip_backward", err, sizeof err) == 0, "hang: %s",
-           err);
+    EXPECT(model_load(&m, "traces/examples/skip_backward", err, sizeof err) == 0, "hang: %s", err);
     if (m.world == 2) {
         for (int r = 0; r < 2; r++)
             EXPECT(m.ranks[r].hang && m.ranks[r].hang_rank >= 0 &&
@@ -136,9 +135,8 @@ static void test_examples(void) {
         EXPECT(it && it->t_forward_end_ns && !it->t_backward_ns,
                "rank 1: a forward without backward at iteration 1");
         // both waited in collective #N (rank 1's may have ended failed when rank 0 was stopped)
-        EXPECT(m.ranks[0].pending_seq > 0 &&
-                   (m.ranks[1].pending_seq == m.ranks[0].pending_seq ||
-                    m.ranks[1].state == RANK_ERRORED),
+        EXPECT(m.ranks[0].pending_seq > 0 && (m.ranks[1].pending_seq == m.ranks[0].pending_seq ||
+                                              m.ranks[1].state == RANK_ERRORED),
                "both wait in the same collective number (%lld, %lld)",
                (long long)m.ranks[0].pending_seq, (long long)m.ranks[1].pending_seq);
     }
@@ -194,11 +192,12 @@ static void check_hooks(const char *dir, const Model *m) {
             const ModelIter *it = &mr->iters[i];
             sqlite3_bind_int64(q, 1, it->iter);
             bool row = sqlite3_step(q) == SQLITE_ROW;
-            int hooks = row ? sqlite3_column_int(q, 0) : -1, marks = row ? sqlite3_column_int(q, 1) : -1;
+            int hooks = row ? sqlite3_column_int(q, 0) : -1,
+                marks = row ? sqlite3_column_int(q, 1) : -1;
             sqlite3_reset(q);
             EXPECT(it->n_grad_ready == hooks && it->n_marked == marks,
-                   "%s rank %d iteration %lld: %d hooks and %d marks, SQL counts %d and %d", dir,
-                   r, (long long)it->iter, it->n_grad_ready, it->n_marked, hooks, marks);
+                   "%s rank %d iteration %lld: %d hooks and %d marks, SQL counts %d and %d", dir, r,
+                   (long long)it->iter, it->n_grad_ready, it->n_marked, hooks, marks);
         }
         query_done(q, db);
     }
@@ -365,13 +364,14 @@ static void test_version1(void) {
                            x->finalized == y->finalized,
                        "variant %d rank %d iteration %lld: version 1 and 2 fold alike (marks %d "
                        "and %d, unused %d and %d)",
-                       variant, r, (long long)x->iter, x->n_marked, y->n_marked,
-                       x->n_marked_unused, y->n_marked_unused);
+                       variant, r, (long long)x->iter, x->n_marked, y->n_marked, x->n_marked_unused,
+                       y->n_marked_unused);
             }
         }
         Teach ta, tb;
         int64_t lo = 0, hi = a.max_iter;
-        if (teach_load(&ta, &a, lo, hi, err, sizeof err) || teach_load(&tb, &b, lo, hi, err, sizeof err)) {
+        if (teach_load(&ta, &a, lo, hi, err, sizeof err) ||
+            teach_load(&tb, &b, lo, hi, err, sizeof err)) {
             EXPECT(0, "teach_load: %s", err);
         } else {
             EXPECT(ta.n == tb.n, "variant %d: the replay has %d and %d steps", variant, ta.n, tb.n);

@@ -28,7 +28,7 @@ typedef struct SynthSpec {
     int unused_first, unused_count; // bucket holding them never launches, its next forward
                                     // records the reducer's error and it ends; the others launch
                                     // it, wait, and are drained. With find_unused the run goes on.
-    int empty_rank;    // this rank's batch at unused_iter has 0 boxes (the others' 2)
+    int empty_rank;                 // this rank's batch at unused_iter has 0 boxes (the others' 2)
     int skip_rank;     // runs skip_iter's forward, no backward, then the next forward; every
     int64_t skip_iter; // rank stops at the first collective that then differs (drained)
     int short_rank;    // runs n_iters - short_by iterations, then broadcasts "stop"; the

@@ -18,9 +18,8 @@ void trace_open(TrainTrace *t, const char *dir, int rank, int world, bool gpu, i
     // The writer commits once a second, with the heartbeat: a commit costs as much as a few
     // hundred rows (bench_probe, rows at a training run's pace: 0.92-1.04 us a row with commits
     // every 200 ms, 0.63-0.70 us every 1000 ms), and on busy cores the ranks lose what the
-    // writer runs.
-    // The live view shows what is at most a second old; the watchdog reads the rings, not the
-    // databases; a dying rank loses nothing by it: the launcher drains its ring.
+    // writer runs. The live view shows what is at most a second old; the watchdog reads the
+    // rings, not the databases; a dying rank loses nothing by it: the launcher drains its ring.
     ProbeConfig cfg = {.dir = dir, .rank = rank, .heartbeat_ms = 1000, .flush_ms = 1000};
     t->probe = probe_open(&cfg);
     if (!t->probe) return; // probe_open warned once; training goes on untraced
@@ -91,7 +90,8 @@ static void write_hook(TrainTrace *t, int marked_bucket) {
     if (!h->pending) return;
     h->pending = false;
     probe_emit_at(t->probe, h->t_ns, PROBE_GRAD_READY, marked_bucket >= 0 ? PROBE_FLAG_MARKED : 0,
-                  t->iter, h->param, h->order, h->grad_defined, marked_bucket >= 0 ? marked_bucket : 0);
+                  t->iter, h->param, h->order, h->grad_defined,
+                  marked_bucket >= 0 ? marked_bucket : 0);
 }
 
 void trace_reducer_event(void *user, const ReducerEvent *e) {
@@ -160,7 +160,8 @@ void trace_ddp_settings(TrainTrace *t, const DdpConfig *c, const char *backend) 
     if (!t->probe) return;
     const ReducerConfig *r = &c->reducer;
     probe_meta(t->probe, "backend", "%s", backend);
-    probe_meta(t->probe, "find_unused_parameters", "%s", r->find_unused_parameters ? "true" : "false");
+    probe_meta(t->probe, "find_unused_parameters", "%s",
+               r->find_unused_parameters ? "true" : "false");
     probe_meta(t->probe, "static_graph", "%s", r->static_graph ? "true" : "false");
     probe_meta(t->probe, "gradient_as_bucket_view", "%s",
                r->gradient_as_bucket_view ? "true" : "false");
