@@ -34,8 +34,9 @@ typedef enum ProbeKind {
     PROBE_BACKWARD_END = 7,
     PROBE_GRAD_READY = 8,    // a param, b order within this backward, c grad defined 0/1;
                              // flags PROBE_FLAG_MARKED: the hook marked it ready in bucket d
-    PROBE_MARK_READY = 9,    // a param, b bucket, c 1 if marked as unused: a mark that is not
-                             // its own hook's (find_unused_parameters' unused parameters)
+    PROBE_MARK_READY = 9,    // a param, b bucket, c 1 if marked as unused: a mark not in its
+                             // hook's row (find_unused_parameters' unused parameters, and the
+                             // first hook's own mark that follows them)
     PROBE_BUCKET_READY = 10, // b bucket
     PROBE_COLL_LAUNCH = 11,  // a ProbeOp, b bucket or -1, c group sequence number, d numel,
                              // text what ("bucket", "local_used_map", "buffers", ...)

@@ -96,7 +96,8 @@ CREATE VIEW named_events AS
     FROM events e JOIN kinds k USING (kind);
 
 -- Every mark of a parameter ready in its bucket: GRAD_READY rows whose hook marked it (flag 2),
--- and MARK_READY rows (marks of no hook of their own: find_unused_parameters' unused ones).
+-- and MARK_READY rows (find_unused_parameters' unused ones, and the first hook's own mark
+-- that follows them).
 -- A parameter with no row here for an iteration never reported to the reducer in it.
 CREATE VIEW marks AS
     SELECT seq, t_ns, iter, a AS param, d AS bucket, 0 AS unused
