@@ -9,8 +9,8 @@
 #   every rank's VmRSS (sampled from /proc/<pid>/status every SOAK_SAMPLE_S seconds): the
 #   median of the last 10 % of samples at most SOAK_MAX_GROWTH % (default 5) above the median
 #   of the 10 % from the half-way mark (SOAK_BASELINE=middle), or of the first 10 %
-#   (SOAK_BASELINE=first). The baseline is the middle because memory rises for the first ~500
-#   iterations by design: each rank's SQLite page cache fills to its 16 MiB cap
+#   (SOAK_BASELINE=first). The baseline is the middle because memory rises for the first
+#   iterations by design: each rank's SQLite page cache fills to its 2 MiB cap
 #   (probe/tracedb.c, cache_size) as the trace grows, then stays; a leak keeps growing in the
 #   second half. Both growths are printed.
 # Prints the run time, the iteration rate, each rank's event count and memory figures.
