@@ -272,18 +272,22 @@ void probe_close(Probe *p) {
 
 // ---- emits ---------------------------------------------------------------------------------
 
+// Every emit of a probe: into the ring (t_ns 0: now), then wake the writer if it must.
+static void record(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
+                   int32_t b, int64_t c, int64_t d, const char *text, size_t len) {
+    if (__atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
+    probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, text, len);
+    nudge_writer(p);
+}
+
 void probe_record(Probe *p, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a, int32_t b,
                   int64_t c, int64_t d, const char *text, size_t len) {
-    if (__atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
-    probe_ring_emit(p->ring, kind, flags, iter, a, b, c, d, text, len);
-    nudge_writer(p);
+    record(p, 0, kind, flags, iter, a, b, c, d, text, len);
 }
 
 void probe_emit_at(Probe *p, int64_t t_ns, ProbeKind kind, uint16_t flags, int64_t iter, int32_t a,
                    int32_t b, int64_t c, int64_t d) {
-    if (!p || __atomic_load_n(&p->off, __ATOMIC_RELAXED)) return;
-    probe_ring_emit_at(p->ring, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
-    nudge_writer(p);
+    if (p) record(p, t_ns, kind, flags, iter, a, b, c, d, NULL, 0);
 }
 
 // Formats into buf (n bytes) or, when longer, a malloc'd string that *heap owns.
