@@ -144,17 +144,12 @@ static int run_scenario(const Scenario *s, const char *trace_dir, const char *wo
     Finding *f = NULL;
     int n = diagnose(&m, &f);
     report_text(stdout, &m, f, n);
-    bool found = false;
-    if (s->expect == SCENARIO_HEALTHY)
-        found = findings_max_severity(f, n) <= SEVERITY_INFO;
-    for (int k = 0; k < n && s->expect != SCENARIO_HEALTHY; k++)
+    bool healthy = s->expect == SCENARIO_HEALTHY;
+    bool found = healthy && findings_max_severity(f, n) <= SEVERITY_INFO;
+    for (int k = 0; k < n && !healthy; k++)
         found |= f[k].kind == s->expect;
-    if (s->expect == SCENARIO_HEALTHY)
-        printf("\nscenario %s: expected nothing wrong: %s\n", s->name,
-               found ? "found" : "NOT FOUND");
-    else
-        printf("\nscenario %s: expected %s: %s\n", s->name, finding_kind_name(s->expect),
-               found ? "found" : "NOT FOUND");
+    printf("\nscenario %s: expected %s: %s\n", s->name,
+           healthy ? "nothing wrong" : finding_kind_name(s->expect), found ? "found" : "NOT FOUND");
     findings_free(f, n);
     model_free(&m);
     return found ? 0 : 1;
