@@ -23,16 +23,19 @@
 #define PACE_STEPS_PER_S 11
 #define PACE_SECONDS 8
 
-static double cpu_seconds(clockid_t id) {
+static double seconds(clockid_t id) {
     struct timespec t;
     clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-
 static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return seconds(CLOCK_MONOTONIC);
+}
+
+// Until the writer has stored every record claimed so far.
+static void wait_stored(const Probe *p) {
+    for (ProbeStats st = probe_stats(p); st.stored < st.claimed; st = probe_stats(p))
+        usleep(1000);
 }
 
 static int by_double(const void *a, const void *b) {
@@ -99,8 +102,7 @@ static double writer_rate(const char *dir, bool with_text, double *close_s) {
                 probe_emit(p, PROBE_GRAD_READY, (int64_t)i / 600, (int32_t)(i % 600), (int32_t)i, 1,
                            0, NULL);
         }
-        for (ProbeStats st = probe_stats(p); st.stored < st.claimed; st = probe_stats(p))
-            usleep(1000);
+        wait_stored(p);
         rates[run] = WRITER_EVENTS / (now() - t0);
         double t1 = now();
         probe_close(p);
@@ -117,18 +119,16 @@ static double writer_us_per_row(const char *dir, int rank, int flush_ms) {
     Probe *p = probe_open(&cfg);
     if (!p) exit(1);
     usleep(300000); // the writer has stored the opening metadata
-    double proc0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID),
-           self0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    double proc0 = seconds(CLOCK_PROCESS_CPUTIME_ID), self0 = seconds(CLOCK_THREAD_CPUTIME_ID);
     uint64_t rows = 0;
     for (int step = 0; step < PACE_STEPS_PER_S * PACE_SECONDS; step++) {
         for (int i = 0; i < PACE_ROWS; i++, rows++)
             probe_emit_at(p, 0, PROBE_GRAD_READY, PROBE_FLAG_MARKED, step, i, i, 1, i & 1);
         usleep(1000000 / PACE_STEPS_PER_S);
     }
-    for (ProbeStats st = probe_stats(p); st.stored < st.claimed; st = probe_stats(p))
-        usleep(1000);
-    double writer = (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - proc0) -
-                    (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - self0);
+    wait_stored(p);
+    double writer =
+        (seconds(CLOCK_PROCESS_CPUTIME_ID) - proc0) - (seconds(CLOCK_THREAD_CPUTIME_ID) - self0);
     probe_close(p);
     return 1e6 * writer / (double)rows;
 }
