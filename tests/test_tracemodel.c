@@ -18,6 +18,7 @@
 #include "probe/probe.h"
 #include "probe/tracedb.h"
 #include "tests/expect.h"
+#include "tests/sqlite_query.h"
 #include "tests/trace_synth.h"
 #include "tui/teach.h"
 
@@ -161,8 +162,8 @@ static sqlite3_stmt *rank_query(const char *dir, int r, const char *sql, sqlite3
     char path[600];
     snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
     sqlite3_stmt *q = NULL;
-    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(*db, sql, -1, &q, NULL) != SQLITE_OK) {
+    *db = db_open(path);
+    if (sqlite3_prepare_v2(*db, sql, -1, &q, NULL) != SQLITE_OK) {
         EXPECT(0, "%s: %s", path, sqlite3_errmsg(*db));
         sqlite3_close(*db);
         *db = NULL;
