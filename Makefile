@@ -89,7 +89,7 @@ LIB      := $(BUILD)/libddpdbg.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
-TUI      := $(wildcard tui/*.c)
+TUI      := $(wildcard tui/*.c tui/*/*.c)
 VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
 
 .PHONY: all test debug bench deps golden clean help format demo examples
@@ -108,13 +108,12 @@ $(BIN)/ddpdbg: $(call obj,$(TUI)) $(LIB)
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(call obj,$(TESTLIB)) $(LIB)
 	$(call Q,LINK)$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 # The tests and benchmark of the viewer's model, diagnosis and report also link those (no ncurses).
-TUI_CORE := $(call obj,tui/model.c tui/model_fold.c tui/diagnose.c tui/diagnose_grad.c \
-              tui/paramgroup.c tui/report.c tui/export.c)
+TUI_CORE := $(call obj,$(wildcard tui/model/*.c tui/diagnosis/*.c))
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 # ... and the model test the teaching mode's loader, on the example traces.
-$(BUILD)/tests/test_tracemodel: $(call obj,tui/teach.c tui/teach_load.c tui/facts.c)
+$(BUILD)/tests/test_tracemodel: $(call obj,tui/teach/teach.c tui/teach/teach_load.c tui/views/facts.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
-$(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model_fold.c)
+$(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 test: all
@@ -157,7 +156,7 @@ golden:
 	/usr/bin/python3 tests/golden/ddp/make_ddp.py
 
 # Example traces, committed under traces/examples/<scenario>/: every scenario of the failure
-# catalog (`ddpdbg scenario list`, tui/scenario.c: rtdetr-tiny, 2 ranks, 96 px, batch 1) run by
+# catalog (`ddpdbg scenario list`, tui/teach/scenario.c: rtdetr-tiny, 2 ranks, 96 px, batch 1) run by
 # `ddpdbg scenario run NAME --trace`, its dataset and checkpoints kept in build/examples/, then
 # each rank's database VACUUMed. A scenario whose diagnosis misses its cause fails the target,
 # and so does a trace above EXAMPLE_MAX_BYTES (all ranks together): they are committed, and read

@@ -12,9 +12,9 @@
 #include <time.h>
 
 #include "tests/trace_synth.h"
-#include "tui/diagnose.h"
-#include "tui/model.h"
-#include "tui/report.h"
+#include "tui/diagnosis/diagnose.h"
+#include "tui/model/model.h"
+#include "tui/diagnosis/report.h"
 
 // CPU seconds of this process (all threads): what the load costs whatever else runs.
 static double cpu_s(void) {

@@ -5,19 +5,19 @@
  * not asserted (timings live in make bench). The teaching view replays rank 0's and rank 1's
  * iteration-1 backward (~1200 events); stepping back (b) replays from the start, so its cost is
  * timed too. Exit 1 only if a frame came out empty. */
-#include "tui/facts.c"
-#include "tui/layout.c"
-#include "tui/paramgroup.c"
-#include "tui/screen.c"
-#include "tui/teach.c"
-#include "tui/ui.c"
-#include "tui/view_buckets.c"
-#include "tui/view_collectives.c"
-#include "tui/view_diagnosis.c"
-#include "tui/view_params.c"
-#include "tui/view_ranks.c"
-#include "tui/view_teach.c"
-#include "tui/view_timeline.c"
+#include "tui/views/facts.c"
+#include "tui/views/layout.c"
+#include "tui/model/paramgroup.c"
+#include "tui/views/screen.c"
+#include "tui/teach/teach.c"
+#include "tui/views/ui.c"
+#include "tui/views/view_buckets.c"
+#include "tui/views/view_collectives.c"
+#include "tui/views/view_diagnosis.c"
+#include "tui/views/view_params.c"
+#include "tui/views/view_ranks.c"
+#include "tui/teach/view_teach.c"
+#include "tui/views/view_timeline.c"
 
 #include <time.h>
 

@@ -1,10 +1,10 @@
-/* test_diagnose.c -- tui/diagnose.c: each example trace (traces/examples/) and each synthetic
+/* test_diagnose.c -- tui/diagnosis/diagnose.c: each example trace (traces/examples/) and each synthetic
  * failure (tests/trace_synth.h) gives the right finding first, naming the ranks, iteration,
  * bucket, collective and parameters, with the cause from the recorded context and its fixes;
  * consequences point at their cause; a healthy trace gives nothing. And the grouping of
  * parameter names on rtdetr-l's 43 box-head tensors gives exactly the three lines of the
  * field report. */
-#include "tui/diagnose.h"
+#include "tui/diagnosis/diagnose.h"
 
 #include <stdlib.h>
 #include <string.h>

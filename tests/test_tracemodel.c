@@ -1,11 +1,11 @@
-/* test_tracemodel.c -- tui/model.c: the example traces (traces/examples/, real 2-rank
+/* test_tracemodel.c -- tui/model/model.c: the example traces (traces/examples/, real 2-rank
  * rtdetr-tiny runs) and synthetic ones (tests/trace_synth.h) load into the counts, bitmaps,
  * bucket times and states they recorded; a missing rank file, a corrupt or truncated one, a
  * foreign file, an empty directory and a newer schema are refused with one clear line; a
  * refresh reads only what was appended; CUPTI records do not pose as iterations; loading never
  * writes to the trace. For every example (one per scenario), the hooks the model folds and the
  * events the teaching mode loads equal plain SQL counts. */
-#include "tui/model.h"
+#include "tui/model/model.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 #include "tests/trace_synth.h"
-#include "tui/teach.h"
+#include "tui/teach/teach.h"
 
 static char tmp[256];
 

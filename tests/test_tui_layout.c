@@ -1,4 +1,4 @@
-/* test_tui_layout.c -- the TUI's layout (tui/layout.h) as a pure function, over every terminal
+/* test_tui_layout.c -- the TUI's layout (tui/views/layout.h) as a pure function, over every terminal
  * size from 0x0 to 130x330 and every view: below the minimum it says too_small and nothing else;
  * at or above it the header, tabs, main, side and status panels lie inside the screen, never
  * overlap, keep their minimum sizes, tile the screen (up to the one separator row or column),
@@ -6,7 +6,7 @@
  * panel below main, 40x12 is usable, 300x100 puts it on the right.
  *
  * tui/ is not in the library the tests link, so the file under test is compiled in here. */
-#include "tui/layout.c"
+#include "tui/views/layout.c"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* tui_fixture.h -- a Model built by hand (tui/model.h), for test_tui_render and bench_tui: the
+/* tui_fixture.h -- a Model built by hand (tui/model/model.h), for test_tui_render and bench_tui: the
  * field report at the moment of the hang. 575 parameters named as rtdetr-l's decoder names
  * them (the 43 that get no gradient in the field report at their real indices: 510, 521-526,
  * 539-574); layout generation 0 (one bucket) in iteration 0, generation 1 (six buckets, the 69
@@ -17,7 +17,7 @@
 
 #include "kernels/base.h" // xcalloc, xmalloc, xstrdup
 #include "probe/probe.h"  // ProbePhase, ProbeOp
-#include "tui/model.h"
+#include "tui/model/model.h"
 
 enum {
     FIX_PARAMS = 575,

@@ -1,16 +1,16 @@
 /* main.c -- bin/ddpdbg, the command line: `ddpdbg COMMAND ...`: run (the launcher,
- * tui/launch.h), tui (the viewer on a saved trace, tui/tui.h), report (the diagnosis as text or
- * JSON, tui/report.h), export (Chrome trace JSON, tui/export.h) and scenario (the failure
- * catalog, tui/scenario.h). Bad usage is one line on
+ * tui/launch/launch.h), tui (the viewer on a saved trace, tui/views/tui.h), report (the diagnosis as text or
+ * JSON, tui/diagnosis/report.h), export (Chrome trace JSON, tui/diagnosis/export.h) and scenario (the failure
+ * catalog, tui/teach/scenario.h). Bad usage is one line on
  * stderr and exit status 2; --help prints the usage. */
 #include <stdio.h>
 #include <string.h>
 
-#include "tui/export.h" // export_command
-#include "tui/launch.h" // launch_run_command
-#include "tui/report.h" // report_command
-#include "tui/scenario.h" // scenario_command
-#include "tui/tui.h"    // tui_command
+#include "tui/diagnosis/export.h" // export_command
+#include "tui/launch/launch.h" // launch_run_command
+#include "tui/diagnosis/report.h" // report_command
+#include "tui/teach/scenario.h" // scenario_command
+#include "tui/views/tui.h"    // tui_command
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ddpdbg COMMAND ...\n"
