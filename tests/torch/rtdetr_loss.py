@@ -53,12 +53,23 @@ def lsap_port(cost):
     row_dual, col_dual = np.zeros(n_rows), np.zeros(n_cols)
     col_of_row = np.full(n_rows, -1, dtype=np.int64)
     row_of_col = np.full(n_cols, -1, dtype=np.int64)
+    descending = np.arange(n_cols - 1, -1, -1)  # the scan order every search starts from
     for start in range(n_rows):
-        dist = np.full(n_cols, np.inf)
-        via_row = np.zeros(n_cols, dtype=np.int64)
-        order = np.arange(n_cols - 1, -1, -1)  # scan order: settled columns swap to the back
-        n_unsettled, row, row_dist = n_cols, start, 0.0
-        while True:
+        # The first relaxation (from start: dual 0, distance 0) reaches every column; done in
+        # index order, where scan order's first tied column is the highest index and its last
+        # free tied one the lowest. Most searches end here, at a free column.
+        dist = c[start] - col_dual
+        via_row = np.full(n_cols, start, dtype=np.int64)
+        order = descending.copy()  # settled columns swap to the back
+        nearest = dist.min()
+        tied = np.flatnonzero(dist == nearest)
+        free = tied[row_of_col[tied] < 0]
+        col = free[0] if len(free) else tied[-1]
+        pick, n_unsettled = n_cols - 1 - col, n_cols
+        while row_of_col[col] >= 0:  # settle col; its row joins the tree
+            n_unsettled -= 1
+            order[pick], order[n_unsettled] = order[n_unsettled], col
+            row, row_dist = row_of_col[col], nearest
             cols = order[:n_unsettled]
             through = row_dist + c[row, cols] - row_dual[row] - col_dual[cols]
             better = through < dist[cols]
@@ -70,11 +81,6 @@ def lsap_port(cost):
             free = tied[row_of_col[cols[tied]] < 0]
             pick = free[-1] if len(free) else tied[0]  # the last free tied column, else the first
             col = cols[pick]
-            if row_of_col[col] < 0:
-                break
-            n_unsettled -= 1
-            order[pick], order[n_unsettled] = order[n_unsettled], col
-            row, row_dist = row_of_col[col], nearest
         settled = order[n_unsettled:]
         row_dual[start] += nearest
         row_dual[row_of_col[settled]] += nearest - dist[settled]
