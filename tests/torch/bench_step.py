@@ -252,10 +252,18 @@ def peak_rss_mb():
 
 
 def spawn_ranks(nproc, argv):
-    """--nproc: this script once per rank with torchrun's variables; the worst exit status."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """--nproc: this script once per rank with torchrun's variables; the worst exit status.
+    The port is a free one in 20000-31999, below Linux's ephemeral ports, which outgoing
+    connections may hold (tests/cli/lib.sh's convention)."""
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
     args = [a for i, a in enumerate(argv) if a != "--nproc" and (i == 0 or argv[i - 1] != "--nproc")
             and not a.startswith("--nproc=")]
     procs = []
