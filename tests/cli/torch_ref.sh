@@ -142,11 +142,14 @@ check "--count-flops: rtdetr-l 320 px batch 2 counts 150-300 GFLOP" \
 $bench $small --ddp --nproc 2 >"$tmp/ddp.txt" 2>&1
 check "--ddp --nproc 2: two ranks" test "$(json "$tmp/ddp.txt" world)" = 2
 check "--ddp: every rank's peak RSS" test "$(json "$tmp/ddp.txt" peak_rss_mb_per_rank | tr -cd , | wc -c)" -eq 1
-for bad in "--imgsz 100" "--nproc 2"; do
+for bad in "--imgsz 100" "--nproc 2" "--ddp" "--data $tmp/nothing.yaml"; do
     $bench $bad >"$tmp/bad.txt" 2>&1
     rc=$?
     check "bad arguments $bad: exit 2 (got $rc)" test $rc -eq 2
 done
+one_line() { [ "$(wc -l <"$2")" -eq 1 ] && grep -qx "$1" "$2"; } # pattern file
+check "--data without a file: one line naming it" \
+    one_line "rtdetr_torch.py: $tmp/nothing.yaml: cannot read: .*No such file.*" "$tmp/bad.txt"
 [ $fail -ne 0 ] && for f in plain profile ddp; do echo "--- $f"; tail -5 "$tmp/$f.txt"; done
 
 # ---- dump's bad input ----

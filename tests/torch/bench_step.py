@@ -87,6 +87,12 @@ def parse_args(argv=None):
     return a
 
 
+def die(message):
+    """Bad input: one line on stderr, exit status 2."""
+    print("rtdetr_torch.py: " + message, file=sys.stderr)
+    sys.exit(2)
+
+
 # ---- batches ----
 
 class RandomBatches:
@@ -107,18 +113,21 @@ class RandomBatches:
 def read_data_yaml(path):
     """(nc, train image paths) of a YOLO data.yaml whose train: is one folder of images."""
     import yaml
-    with open(path) as f:
-        spec = yaml.safe_load(f)
+    try:
+        with open(path) as f:
+            spec = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        die("%s: cannot read: %s" % (path, str(e).splitlines()[0]))
     if not isinstance(spec, dict) or "train" not in spec or "nc" not in spec:
-        raise SystemExit("%s: expected a data yaml with train: and nc:" % path)
+        die("%s: expected a data yaml with train: and nc:" % path)
     root = spec.get("path") or os.path.dirname(os.path.abspath(path))
     folder = os.path.join(root, spec["train"])
     if not os.path.isdir(folder):
-        raise SystemExit("%s: train: %s is not a folder" % (path, folder))
+        die("%s: train: %s is not a folder" % (path, folder))
     images = sorted(os.path.join(folder, f) for f in os.listdir(folder)
                     if f.lower().endswith((".png", ".jpg", ".jpeg", ".bmp")))
     if not images:
-        raise SystemExit("%s: no images in %s" % (path, folder))
+        die("%s: no images in %s" % (path, folder))
     return int(spec["nc"]), images
 
 
@@ -130,7 +139,7 @@ class DatasetBatches:
         try:
             from PIL import Image
         except ImportError:
-            raise SystemExit("--data needs PIL to decode images (Debian: python3-pil)")
+            die("--data needs PIL to decode images (Debian: python3-pil)")
         self.Image, self.batch, self.imgsz = Image, batch, imgsz
         self.nc, images = read_data_yaml(path)
         random.Random(seed).shuffle(images)
@@ -264,13 +273,11 @@ def spawn_ranks(nproc, argv):
                 break
             except OSError:
                 continue
-    args = [a for i, a in enumerate(argv) if a != "--nproc" and (i == 0 or argv[i - 1] != "--nproc")
-            and not a.startswith("--nproc=")]
-    procs = []
+    procs = []  # the ranks get argv as it is: with RANK set, --nproc starts nothing
     for rank in range(nproc):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0])] + args, env=env))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0])] + argv, env=env))
     return max(abs(p.wait()) for p in procs)
 
 
@@ -289,8 +296,8 @@ def main(argv=None):
         import torch.distributed as dist
         for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             if k not in os.environ:
-                raise SystemExit("--ddp: %s is not set (start each rank with RANK, WORLD_SIZE, "
-                                 "MASTER_ADDR, MASTER_PORT, or give --nproc)" % k)
+                die("--ddp: %s is not set (start each rank with RANK, WORLD_SIZE, MASTER_ADDR, "
+                    "MASTER_PORT, or give --nproc)" % k)
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         if a.device == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
