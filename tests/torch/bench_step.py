@@ -27,10 +27,12 @@ beside its FLOPs (flops.py); --count-flops prints the FLOP table alone.
 --ddp wraps the model in DistributedDataParallel (gloo on CPU, NCCL on CUDA) in a process
 started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (LOCAL_RANK picks the GPU), each
 rank its own batches, the loss multiplied by the world size as Ultralytics does; rank 0
-prints. --nproc N starts the N ranks itself on this machine.
+prints. --nproc N starts the N ranks itself on this machine and stops them all when one
+fails. Collectives time out after 600 s.
 """
 import argparse
 import copy
+import datetime
 import json
 import math
 import os
@@ -278,7 +280,14 @@ def spawn_ranks(nproc, argv):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                    LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0])] + argv, env=env))
-    return max(abs(p.wait()) for p in procs)
+    # A rank that fails leaves the others waiting in a collective: stop them, as a launcher does.
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+        time.sleep(0.1)
+    return max(abs(p.returncode) for p in procs)
 
 
 def main(argv=None):
@@ -302,7 +311,8 @@ def main(argv=None):
         if a.device == "cuda":
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if a.device == "cuda" else "gloo")
+        dist.init_process_group("nccl" if a.device == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=600))
     torch.manual_seed(a.seed + rank)
 
     if a.data:
