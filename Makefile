@@ -13,10 +13,18 @@ LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lsqlite3 -lm -lpthread -ldl
 # --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1, CUPTI=0|1
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
-CUDA_FOUND = $(if $(NVCC),1,0)
-# No CUDA kernels exist yet: the build is CPU-only whatever is found, and says so.
-BUILD    ?= build/cpu
-BIN      ?= bin
+# CUDA=1: the CUDA backend (kernels/cuda/, cuBLAS) too, built into its own folder (build/cuda,
+# its binaries in build/cuda/bin) for Hopper (sm_90) plus PTX, which later GPUs compile at
+# start. The default stays the CPU build (build/cpu, bin/): CUDA=1 is asked for, never implied.
+CUDA     ?= 0
+ifeq ($(filter 0 1,$(CUDA)),)
+  $(error CUDA=$(CUDA): expected 0 or 1)
+endif
+ifeq ($(CUDA)$(NVCC),1)
+  $(error CUDA=1 but nvcc was not found (in PATH or $(CUDA_HOME)/bin); pass NVCC=/path/to/nvcc)
+endif
+BUILD    ?= build/$(if $(filter 1,$(CUDA)),cuda,cpu)
+BIN      ?= $(if $(filter 1,$(CUDA)),$(BUILD)/bin,bin)
 # NCCL, the process group's second backend (trainer/dist/comm_nccl.c): in when all of these
 # exist; without it comm_nccl.c compiles to a stub whose pg_new("nccl") says so.
 NCCL_FILES := $(CUDA_HOME)/include/nccl.h $(CUDA_HOME)/include/cuda_runtime.h \
@@ -57,6 +65,20 @@ ifeq ($(CUPTI),1)
     CPPFLAGS += -DDDPDBG_HAVE_CUPTI -I$(CUDA_HOME)/include
   LDLIBS   += -Wl,--as-needed -lcupti -Wl,--no-as-needed
 endif
+# The CUDA build: kernels/backend.c's registry (USE_CUDA), the table and test_parity see CUDA's
+# headers; every binary links cuBLAS and the runtime (--as-needed drops them where unused).
+# nvcc: -fmad=false keeps a*b+c two roundings, as the CPU's kernels round (tight parity);
+# -lineinfo maps compute-sanitizer's reports to source lines; warnings are errors.
+CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -O2 -g -lineinfo
+NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -fmad=false -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -I. -MMD -MP
+ifeq ($(CUDA),1)
+  $(BUILD)/kernels/backend.o $(BUILD)/kernels/cuda/backend_cuda.o $(BUILD)/tests/test_parity.o: \
+    CPPFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lcublas -lcudart \
+              -Wl,--no-as-needed
+endif
 # Switching NCCL or CUPTI in or out dates the objects it compiles differently back to 1970, so
 # they are rebuilt (removing them would not do: .SECONDARY). The settings are kept in
 # $(BUILD)/nccl.setting and $(BUILD)/cupti.setting.
@@ -66,7 +88,8 @@ $(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
 $(shell s=$(BUILD)/cupti.setting; [ "$$(cat $$s 2>/dev/null)" = $(CUPTI) ] || { \
   touch -c -d @0 $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o; \
   mkdir -p $(BUILD) && echo $(CUPTI) > $$s; })
-CONFIG_NVCC := $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build)
+CONFIG_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC): CUDA build,$(if $(NVCC),found at $(NVCC) (CPU \
+               build; CUDA=1 adds the CUDA backend),not found: CPU build))
 CONFIG_NCCL := $(if $(filter 1,$(NCCL)),in ($(CUDA_HOME)),out \
                ($(if $(NCCL_MISSING),no $(firstword $(NCCL_MISSING)),NCCL=0)))
 CONFIG_CUPTI := $(if $(filter 1,$(CUPTI)),in,out ($(if $(CUPTI_MISSING),no \
@@ -76,11 +99,12 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 # --- sources: one list per top-level folder ----------------------------------------------------
-KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
+KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c) \
+            $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.c kernels/cuda/*.cu))
 TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c)) \
             $(wildcard trainer/dist/*.cc)
 PROBE    := $(wildcard probe/*.c)
-TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
+TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_% tests/parity%,$(wildcard tests/*.c))
 obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
 MODELS   := $(sort $(wildcard trainer/models/*.yaml))
 LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS) $(PROBE)) $(BUILD)/gen/models.o $(BUILD)/gen/schema.o
@@ -112,6 +136,8 @@ TUI_CORE := $(call obj,$(wildcard tui/model/*.c tui/diagnosis/*.c))
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 # ... and the model test the teaching mode's loader, on the example traces.
 $(BUILD)/tests/test_tracemodel: $(call obj,tui/teach/teach.c tui/teach/teach_load.c tui/views/facts.c)
+# The kernel parity tests link the parity harness and its case table.
+$(BUILD)/tests/test_parity $(BUILD)/tests/test_parity_harness: $(call obj,tests/parity.c tests/parity_cases.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 
@@ -324,6 +350,9 @@ endif
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(call Q,NVCC)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(@D)
 	$(call Q,CXX)$(CXX) $(CPPFLAGS) $(OPT) -g $(SAN) -std=c++17 -Wall -Wextra -c $< -o $@
