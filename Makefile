@@ -302,6 +302,16 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	$(foreach t,$(FUZZ_NAMES),run $(t) $(fuzz_max_len_$(t));) \
 	[ -z "$$failed" ] || { echo "fuzz: failed:$$failed" >&2; exit 1; }
 
+# The GPU machine's kit (tests/gpu/pack.sh): the CUDA build's binaries, the GPU tests and every
+# non-system shared library they load, in build/gpu-carry/kit.tar.xz (ignored; well under the
+# device tool's 64 MiB). tests/gpu/check.sh, run there, unpacks it. GPU_TESTS: the test
+# binaries it carries (test_NAME).
+GPU_TESTS ?= parity parity_harness comm_nccl probe_cupti
+.PHONY: gpu-carry
+gpu-carry:
+	$(MAKE) CUDA=1
+	bash tests/gpu/pack.sh build/cuda build/gpu-carry $(GPU_TESTS)
+
 # The soak (not part of make test: about 10 minutes on 2 cores): 4 traced ranks of rtdetr-tiny
 # for 2000 iterations; fails on any lost event or more than 5 % memory growth (tests/soak.sh).
 .PHONY: soak
@@ -323,9 +333,11 @@ help:
 	@echo 'make examples   record the example traces in traces/examples/ (2-rank rtdetr-tiny runs)'
 	@echo 'make fuzz       each libFuzzer target for FUZZ_SECONDS (default 20) under ASan+UBSan'
 	@echo 'make soak       4 ranks x 2000 traced iterations: no lost event, flat memory (minutes)'
+	@echo 'make CUDA=1     the CUDA build too (build/cuda, its binaries in build/cuda/bin)'
+	@echo 'make gpu-carry  the CUDA build packed for the GPU machine (tests/gpu/check.sh)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
-	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
+	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir CUDA=0|1 NCCL=0|1 CUPTI=0|1 CUDA_ARCH=...'
 
 $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
 	@mkdir -p $(@D)

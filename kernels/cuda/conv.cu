@@ -188,6 +188,7 @@ static int64_t chunk_images(const Geom *g) {
 static void im2col(KernelCtx *kc, const Geom *g, float *col, const float *x, int64_t b0, int grp,
                    int64_t nb) {
     int64_t n = nb * g->K * g->OH * g->OW;
+    if (n <= 0) return;
     im2col_kernel<<<blocks_for(n), CUDA_THREADS, 0, stream_of(kc)>>>(col, x, *g, b0, grp, nb);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -262,8 +263,8 @@ void conv2d_bwd_cuda(KernelCtx *kc, float *dx, float *dw, float *dbias, const fl
                           HW, 1.0f, dw + grp * g.OCg * g.K, g.K);
             if (dx) // dx_b,g += W_g^T @ dout_b,g
                 gemm_batched_cuda(kc, B, true, false, g.Cg, HW, g.OCg, 1.0f, wg, g.K, 0,
-                                  dout + grp * g.OCg * OHW, HW, OC * HW, 1.0f, dx + grp * g.Cg * HW,
-                                  HW, C * HW);
+                                  dout + grp * g.OCg * OHW, HW, OC * OHW, 1.0f,
+                                  dx + grp * g.Cg * HW, HW, C * HW);
         }
         return;
     }
