@@ -394,10 +394,19 @@ static int only_matches(const char *w, size_t len, void *ctx) {
     return word_is(w, len, ctx);
 }
 
+// `only`: NULL (every row) or a comma-separated list of row-name prefixes and field names.
 static bool selected(const ParityCase *row, const char *only) {
     if (!only) return true;
-    return !strncmp(row->name, only, strlen(only)) ||
-           each_word(row->fields, only_matches, (void *)only) != 0;
+    for (const char *s = only; *s; s += *s == ',') {
+        char item[64];
+        size_t len = strcspn(s, ",");
+        snprintf(item, sizeof item, "%.*s", (int)len, s);
+        s += len;
+        if (!len) continue;
+        if (!strncmp(row->name, item, len) || each_word(row->fields, only_matches, item))
+            return true;
+    }
+    return false;
 }
 
 ParityResult parity_run(const Backend *ref, const Backend *test, const char *only, FILE *log) {

@@ -92,8 +92,9 @@ typedef struct ParityResult {
     int missing;      // rows skipped because a field they call is NULL on either backend
 } ParityResult;
 
-// Runs every row (or those whose name starts with `only`, or that call the field `only`)
-// on `ref` and twice on `test`; one line per row to `log`, details of failures after it.
+// Runs every row (or, when `only` is a comma-separated list, those whose name starts with an
+// item of it or that call a field it names) on `ref` and twice on `test`; one line per row to
+// `log`, details of failures after it.
 ParityResult parity_run(const Backend *ref, const Backend *test, const char *only, FILE *log);
 
 // The coverage list of rows[0..n_rows) (normally the table): every Backend field, whether

@@ -4,7 +4,7 @@
  * infinities by class, guards around every buffer, and each row run twice on the GPU for bit
  * equality (except the atomics-scattered gradients a row marks).
  *   test_parity            runs every row; skips (77) in a build without CUDA or without a GPU
- *   test_parity -o NAME    the rows named NAME* or calling the field NAME
+ *   test_parity -o A,B     the rows whose name starts with A or B, or that call the field A or B
  *   test_parity --list     the coverage list: every field, whether CUDA fills it, its rows;
  *                          fails when a field has no row (needs no GPU)
  * The harness itself is proven on the CPU by test_parity_harness. */

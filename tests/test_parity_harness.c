@@ -108,6 +108,10 @@ int main(void) {
     EXPECT(r.rows == parity_n_cases, "%d of %d rows ran", r.rows, parity_n_cases);
     EXPECT(r.failed == 0, "%d rows of the CPU against itself failed", r.failed);
 
+    // A selection: row-name prefixes and field names, comma-separated.
+    r = parity_run(cpu, cpu, "relu,fill/one,gemm_batched", stdout);
+    EXPECT(r.rows == 8 && r.failed == 0, "relu* (2), fill/one, gemm_batched* (5): %d rows", r.rows);
+
     // Every other non-CUDA backend of this build (the fake device) against the CPU.
     for (int d = 0; d < 8; d++) {
         const Backend *be = backend_get((Device)d);
