@@ -110,7 +110,10 @@ MODELS   := $(sort $(wildcard trainer/models/*.yaml))
 LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS) $(PROBE)) $(BUILD)/gen/models.o $(BUILD)/gen/schema.o
 # The trainer and kernels as one archive: a binary links only the objects it uses.
 LIB      := $(BUILD)/libddpdbg.a
-TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+# (The CUDA build runs the real kernels' parity, test_parity, not the emulation's: both tables
+# would define the same symbols.)
+TESTS    := $(filter-out $(if $(filter 1,$(CUDA)),$(BUILD)/tests/test_parity_emu), \
+              $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)))
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
 TUI      := $(wildcard tui/*.c tui/*/*.c)
@@ -137,7 +140,24 @@ $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench
 # ... and the model test the teaching mode's loader, on the example traces.
 $(BUILD)/tests/test_tracemodel: $(call obj,tui/teach/teach.c tui/teach/teach_load.c tui/views/facts.c)
 # The kernel parity tests link the parity harness and its case table.
-$(BUILD)/tests/test_parity $(BUILD)/tests/test_parity_harness: $(call obj,tests/parity.c tests/parity_cases.c)
+$(BUILD)/tests/test_parity $(BUILD)/tests/test_parity_harness $(BUILD)/tests/test_parity_emu: \
+  $(call obj,tests/parity.c tests/parity_cases.c)
+# The CUDA emulation (tests/cuda_emu/emu.h), in every build: kernels/cuda/*.cu compiled by the
+# host C++ compiler once their launches are rewritten (chevrons.pl), with stand-in CUDA and
+# cuBLAS headers; test_parity_emu runs the parity table against them.
+EMU_OBJ  := $(patsubst kernels/cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard kernels/cuda/*.cu)) \
+            $(BUILD)/emu/backend_cuda.o $(BUILD)/tests/cuda_emu/emu.o
+$(BUILD)/tests/test_parity_emu: $(EMU_OBJ)
+$(BUILD)/emu/%.cc: kernels/cuda/%.cu tests/cuda_emu/chevrons.pl
+	@mkdir -p $(@D)
+	$(call Q,EMU)perl -0p tests/cuda_emu/chevrons.pl $< >$@
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cc
+	$(call Q,CXX)$(CXX) $(CPPFLAGS) -Itests/cuda_emu -include tests/cuda_emu/emu.h -DCUDA_THREADS=32 \
+	  $(OPT) -g $(SAN) \
+	  -std=c++17 -Wall -Wextra -Wno-unused-parameter -c $< -o $@
+$(BUILD)/emu/backend_cuda.o: kernels/cuda/backend_cuda.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(CC) $(CPPFLAGS) -Itests/cuda_emu $(CFLAGS) -c $< -o $@
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 

@@ -7,13 +7,18 @@
 #define KERNELS_CUDA_CUDA_UTIL_H
 
 #include <cuda_runtime.h>
+#include <math.h> // fmaxf
 
 #include "kernels/base.h" // CHECK, CEIL_DIV
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
-// Threads per block for every kernel here (reductions rely on a power of two).
+// Threads per block for every kernel here (reductions rely on a power of two). The host
+// emulation of the tests (tests/cuda_emu/emu.h) builds with 32: the kernels must not depend on
+// the value, and a barrier of 256 host threads is slow.
+#ifndef CUDA_THREADS
 #define CUDA_THREADS 256
+#endif
 
 // How reduce_mid_cuda writes each output: out = sum, out = sum / r, out += sum.
 enum ReduceMode { REDUCE_SUM, REDUCE_MEAN, REDUCE_ADD };
@@ -51,7 +56,7 @@ static __device__ inline double block_sum_double(double v) {
     __shared__ double sh[CUDA_THREADS];
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = CUDA_THREADS / 2; s > 0; s >>= 1) {
+    for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
@@ -64,7 +69,7 @@ static __device__ inline float block_sum_float(float v) {
     __shared__ float sh[CUDA_THREADS];
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = CUDA_THREADS / 2; s > 0; s >>= 1) {
+    for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
@@ -79,7 +84,7 @@ static __device__ inline float block_max_float(float v) {
     __shared__ float sh[CUDA_THREADS];
     sh[threadIdx.x] = v;
     __syncthreads();
-    for (int s = CUDA_THREADS / 2; s > 0; s >>= 1) {
+    for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
         __syncthreads();
     }
