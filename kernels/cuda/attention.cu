@@ -41,13 +41,13 @@ extern "C" __global__ void attention_softmax_fwd_kernel(float *p, const uint8_t 
         row[k] = v;
         mx = v > mx ? v : mx;
     }
-    mx = block_max_float(mx);
+    mx = block_reduce<float>(mx, BLOCK_MAX);
     float s = 0.0f;
     for (int64_t k = threadIdx.x; k < Lk; k += CUDA_THREADS) {
         row[k] = expf(row[k] - mx);
         s += row[k];
     }
-    float inv = 1.0f / block_sum_float(s);
+    float inv = 1.0f / block_reduce<float>(s, BLOCK_SUM);
     for (int64_t k = threadIdx.x; k < Lk; k += CUDA_THREADS)
         row[k] *= inv;
 }
@@ -63,7 +63,7 @@ extern "C" __global__ void attention_softmax_bwd_kernel(float *ds, const float *
     float dot = 0.0f;
     for (int64_t k = threadIdx.x; k < Lk; k += CUDA_THREADS)
         dot += d[k] * y[k];
-    dot = block_sum_float(dot);
+    dot = block_reduce<float>(dot, BLOCK_SUM);
     for (int64_t k = threadIdx.x; k < Lk; k += CUDA_THREADS)
         d[k] = (d[k] - dot) * y[k];
 }

@@ -109,7 +109,7 @@ extern "C" __global__ void conv2d_bias_bwd_kernel(float *dbias, const float *dou
     double s = 0;
     for (int64_t i = threadIdx.x; i < B * OHW; i += CUDA_THREADS)
         s += dout[(i / OHW * OC + oc) * OHW + i % OHW];
-    s = block_sum_double(s);
+    s = block_reduce<double>(s, BLOCK_SUM);
     if (threadIdx.x == 0) dbias[oc] += (float)s;
 }
 
@@ -174,7 +174,7 @@ extern "C" __global__ void depthwise_conv2d_dw_kernel(float *dw, const float *do
         if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
         s += dout[(b * g.C + c) * OHW + oh * g.OW + ow] * x[((b * g.C + c) * g.H + ih) * g.W + iw];
     }
-    s = block_sum_double(s);
+    s = block_reduce<double>(s, BLOCK_SUM);
     if (threadIdx.x == 0) dw[ct] += (float)s;
 }
 

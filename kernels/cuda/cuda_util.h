@@ -7,7 +7,7 @@
 #define KERNELS_CUDA_CUDA_UTIL_H
 
 #include <cuda_runtime.h>
-#include <math.h> // fmaxf
+#include <math.h> // fmax
 
 #include "kernels/base.h" // CHECK, CEIL_DIV
 #include "kernels/cuda/cuda_check.h"
@@ -51,44 +51,22 @@ static __device__ inline int64_t thread_index(void) {
 
 // Block reductions over the block's CUDA_THREADS threads: each thread brings its own partial,
 // a fixed tree in shared memory pairs them (the same order on every run: deterministic), and
-// every thread gets the result. Every thread of the block must call them (they synchronise).
-static __device__ inline double block_sum_double(double v) {
-    __shared__ double sh[CUDA_THREADS];
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads(); // sh is reused by the next call
-    return r;
-}
+// every thread gets the result. Every thread of the block must call it (it synchronises).
+// BLOCK_MAX skips NaN, as the CPU's `x > m ? x : m` scan does (fmax returns the number): -inf
+// when every value is NaN or -inf.
+enum BlockOp { BLOCK_SUM, BLOCK_MAX };
 
-static __device__ inline float block_sum_float(float v) {
-    __shared__ float sh[CUDA_THREADS];
+template <typename T> static __device__ inline T block_reduce(T v, BlockOp op) {
+    __shared__ T sh[CUDA_THREADS]; // one array per T, reused by the next call after the last sync
     sh[threadIdx.x] = v;
     __syncthreads();
     for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        if (threadIdx.x < s)
+            sh[threadIdx.x] = op == BLOCK_MAX ? fmax(sh[threadIdx.x], sh[threadIdx.x + s])
+                                              : sh[threadIdx.x] + sh[threadIdx.x + s];
         __syncthreads();
     }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-// The maximum, NaN skipped as the CPU's `x > m ? x : m` scan skips it (fmaxf returns the
-// number); -inf when every value is NaN or -inf.
-static __device__ inline float block_max_float(float v) {
-    __shared__ float sh[CUDA_THREADS];
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = CUDA_THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    float r = sh[0];
+    T r = sh[0];
     __syncthreads();
     return r;
 }

@@ -530,7 +530,7 @@ static __device__ inline void binary_grad_block(int op, float *dx, const float *
         grad_step(ga, r, &o, &oa, &ob);
         s += binary_grad(op, ga.which, dout[o], a[oa], b[ob]);
     }
-    s = block_sum_double(s);
+    s = block_reduce<double>(s, BLOCK_SUM);
     if (threadIdx.x == 0) dx[i] += (float)s;
 }
 

@@ -24,11 +24,11 @@ extern "C" __global__ void layernorm_fwd_kernel(float *out, float *mean, float *
     double s = 0;
     for (int64_t j = threadIdx.x; j < E; j += CUDA_THREADS)
         s += x[j];
-    double mu = block_sum_double(s) / (double)E;
+    double mu = block_reduce<double>(s, BLOCK_SUM) / (double)E;
     double v = 0;
     for (int64_t j = threadIdx.x; j < E; j += CUDA_THREADS)
         v += ((double)x[j] - mu) * ((double)x[j] - mu);
-    v = block_sum_double(v);
+    v = block_reduce<double>(v, BLOCK_SUM);
     float m = (float)mu;
     float rs = 1.0f / sqrtf((float)(v / (double)E) + eps);
     float shift = -rs * m;
@@ -64,8 +64,8 @@ extern "C" __global__ void layernorm_bwd_kernel(float *dinp, const float *dout, 
         sg += g;
         sgx += (double)g * (double)((x[j] - m) * rs);
     }
-    float mg = (float)(block_sum_double(sg) / (double)E);
-    float mgx = (float)(block_sum_double(sgx) / (double)E);
+    float mg = (float)(block_reduce<double>(sg, BLOCK_SUM) / (double)E);
+    float mgx = (float)(block_reduce<double>(sgx, BLOCK_SUM) / (double)E);
     for (int64_t j = threadIdx.x; j < E; j += CUDA_THREADS) {
         float g = dy[j] * (weight ? weight[j] : 1.0f);
         dinp[r * E + j] += rs * (g - mg - (x[j] - m) * rs * mgx);
@@ -143,13 +143,13 @@ extern "C" __global__ void batchnorm_train_fwd_kernel(float *save_mean, float *s
     double sum = 0;
     for (int64_t i = threadIdx.x; i < N; i += CUDA_THREADS)
         sum += inp[bn_at(i, c, C, HW)];
-    float mean = (float)(block_sum_double(sum) / (double)N);
+    float mean = (float)(block_reduce<double>(sum, BLOCK_SUM) / (double)N);
     double var_acc = 0;
     for (int64_t i = threadIdx.x; i < N; i += CUDA_THREADS) {
         float d = inp[bn_at(i, c, C, HW)] - mean;
         var_acc += d * d;
     }
-    var_acc = block_sum_double(var_acc);
+    var_acc = block_reduce<double>(var_acc, BLOCK_SUM);
     if (threadIdx.x != 0) return;
     float var_sum = (float)var_acc;
     float invstd = (float)(1.0 / sqrt((double)(var_sum / (float)N) + eps));
@@ -237,7 +237,8 @@ extern "C" __global__ void batchnorm_bwd_stats_kernel(float *coef, float *dweigh
         sum_acc += dout[at];
         dotp_acc += (inp[at] - mean) * dout[at];
     }
-    float sum = (float)block_sum_double(sum_acc), dotp = (float)block_sum_double(dotp_acc);
+    float sum = (float)block_reduce<double>(sum_acc, BLOCK_SUM),
+          dotp = (float)block_reduce<double>(dotp_acc, BLOCK_SUM);
     if (threadIdx.x != 0) return;
     if (dweight) dweight[c] += dotp * invstd;
     if (dbias) dbias[c] += sum;

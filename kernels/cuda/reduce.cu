@@ -44,7 +44,7 @@ extern "C" __global__ void sum_rows_block_kernel(float *out, const float *inp, i
     double s = 0;
     for (int64_t k = threadIdx.x; k < r; k += CUDA_THREADS)
         s += inp[o * r + k];
-    s = block_sum_double(s);
+    s = block_reduce<double>(s, BLOCK_SUM);
     if (threadIdx.x == 0) store(out + o, s, r, mode);
 }
 
@@ -158,13 +158,13 @@ extern "C" __global__ void softmax_fwd_kernel(float *out, const float *inp, int6
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < cols; j += CUDA_THREADS)
         mx = x[j] > mx ? x[j] : mx;
-    mx = block_max_float(mx);
+    mx = block_reduce<float>(mx, BLOCK_MAX);
     double s = 0;
     for (int64_t j = threadIdx.x; j < cols; j += CUDA_THREADS) {
         y[j] = expf(x[j] - mx);
         s += y[j];
     }
-    float inv = 1.0f / (float)block_sum_double(s);
+    float inv = 1.0f / (float)block_reduce<double>(s, BLOCK_SUM);
     for (int64_t j = threadIdx.x; j < cols; j += CUDA_THREADS)
         y[j] *= inv;
 }
@@ -178,7 +178,7 @@ extern "C" __global__ void softmax_bwd_kernel(float *dinp, const float *out, con
     double dot = 0;
     for (int64_t j = threadIdx.x; j < cols; j += CUDA_THREADS)
         dot += (double)g[j] * y[j];
-    float s = (float)block_sum_double(dot);
+    float s = (float)block_reduce<double>(dot, BLOCK_SUM);
     for (int64_t j = threadIdx.x; j < cols; j += CUDA_THREADS)
         dinp[r * cols + j] += y[j] * (g[j] - s);
 }
