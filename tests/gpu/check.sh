@@ -65,7 +65,10 @@ step() {
 # ---- the kit: our binaries and libraries, and NVIDIA's libraries of this machine ----
 kit=$work/kit
 if [ -f build/gpu-carry/kit.tar.xz ]; then
-    mkdir -p "$kit" && tar -C "$kit" -xJf build/gpu-carry/kit.tar.xz ||
+    mkdir -p "$kit"
+    tar -C "$kit" -xJf build/gpu-carry/kit.tar.xz 2>/dev/null || # without xz(1): python's lzma
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            build/gpu-carry/kit.tar.xz "$kit" ||
         { note "FAIL  kit: cannot unpack build/gpu-carry/kit.tar.xz"; exit 1; }
     note "kit   build/gpu-carry (revision $(cat build/gpu-carry/revision 2>/dev/null); checkout $(git rev-parse --short HEAD 2>/dev/null))"
 elif [ -x build/cuda/bin/ddpdbg-train ]; then # a machine that builds: use its CUDA build
