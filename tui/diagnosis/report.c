@@ -93,12 +93,15 @@ static void rank_line(FILE *out, const ModelRank *r) {
             ADD("dead at iteration %lld, %s: stopped without an error (%s)", (long long)iter,
                 phase_prose(r->phase), r->exit[0] ? r->exit : "its ring was drained");
             break;
-        case RANK_WAITING:
-            ADD("waiting at iteration %lld in collective #%lld", (long long)iter,
-                (long long)r->wait_seq);
+        case RANK_WAITING: // iteration -1: a trace without iterations (ddpdbg import-fr)
+            ADD("waiting");
+            if (iter >= 0) ADD(" at iteration %lld", (long long)iter);
+            ADD(" in collective #%lld", (long long)r->wait_seq);
             break;
         case RANK_RUNNING:
-            ADD("running at iteration %lld, %s", (long long)iter, phase_prose(r->phase));
+            ADD("running");
+            if (iter >= 0) ADD(" at iteration %lld", (long long)iter);
+            if (iter >= 0 || r->phase != 0) ADD(", %s", phase_prose(r->phase));
             break;
         }
         if (r->pending_seq && r->state != RANK_WAITING) {

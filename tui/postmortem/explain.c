@@ -1,0 +1,2 @@
+#include "tui/postmortem/explain.h"
+int explain_command(int argc, char **argv) { return 2; }

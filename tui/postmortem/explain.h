@@ -1,0 +1,2 @@
+/* explain.h -- placeholder */
+int explain_command(int argc, char **argv);
