@@ -337,13 +337,18 @@ static void rule_mismatch(Diag *d) {
             "memory, and no DDP check sees it.\n",
             (long long)s - 1, (long long)s, lines.s ? lines.s : "");
         f->explanation = str_take(&ex);
-        f->fixes =
-            xstrdup("TORCH_DISTRIBUTED_DEBUG=DETAIL checks op and shapes across ranks before every "
-                    "collective and raises 'Collectives differ' at the first divergence instead of "
-                    "hanging. Cost: an extra collective per collective: for debugging only.\n");
+        Str fx = {0};
+        fix_detail_check(&fx);
+        f->fixes = str_take(&fx);
         free(lines.s);
         return;
     }
+}
+
+void fix_detail_check(Str *fx) {
+    str_addf(fx, "TORCH_DISTRIBUTED_DEBUG=DETAIL checks op and shapes across ranks before every "
+                 "collective and raises 'Collectives differ' at the first divergence instead of "
+                 "hanging. Cost: an extra collective per collective: for debugging only.\n");
 }
 
 // ---- rules: the hang record, the errors, a straggler, the trace itself ----------------------
@@ -523,6 +528,7 @@ void findings_free(Finding *f, int n) {
     for (int i = 0; i < n; i++) {
         free(f[i].explanation);
         free(f[i].fixes);
+        free(f[i].causes);
         free(f[i].ranks);
         free(f[i].params);
     }
