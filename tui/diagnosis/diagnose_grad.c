@@ -14,8 +14,11 @@
 // ---- the fixes, worded once (diagnose_rules.h; explain.c offers them for logs) -------------
 
 void fix_find_unused(Str *fx, int n_missing, int n_params) {
-    char bitmap[64] = "";
-    if (n_params > 0) snprintf(bitmap, sizeof bitmap, "a %d-element", n_params);
+    char bitmap[64] = "", digits[16];
+    snprintf(digits, sizeof digits, "%d", n_params); // "an 18-", "an 8-", "an 11000-element"
+    size_t nd = strlen(digits);
+    bool an = digits[0] == '8' || ((nd % 3 == 2) && (!strncmp(digits, "11", 2) || !strncmp(digits, "18", 2)));
+    if (n_params > 0) snprintf(bitmap, sizeof bitmap, "%s %d-element", an ? "an" : "a", n_params);
     str_addf(
         fx,
         "find_unused_parameters=True: after every forward DDP searches the autograd graph from "

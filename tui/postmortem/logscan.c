@@ -155,6 +155,17 @@ static int progress_value(const char *s, int col) {
     return -1;
 }
 
+static void add_prefix_rank(LogScan *o, int r) {
+    int at = 0;
+    while (at < o->n_prefix_ranks && o->prefix_ranks[at] < r)
+        at++;
+    if (at < o->n_prefix_ranks && o->prefix_ranks[at] == r) return;
+    o->prefix_ranks = xrealloc(o->prefix_ranks, sizeof(int) * (size_t)(o->n_prefix_ranks + 1));
+    memmove(o->prefix_ranks + at + 1, o->prefix_ranks + at, sizeof(int) * (size_t)(o->n_prefix_ranks - at));
+    o->prefix_ranks[at] = r;
+    o->n_prefix_ranks++;
+}
+
 static void split_lines(Scanner *sc, const char *text, size_t len) {
     sc->buf = xmalloc(len + 1);
     int cap = 64, max_width = 0;
@@ -170,7 +181,7 @@ static void split_lines(Scanner *sc, const char *text, size_t len) {
         int r = prefix_rank(&content);
         if (r >= 0) {
             rank = r;
-            sc->out->prefixed = true;
+            add_prefix_rank(sc->out, r);
             sc->out->max_rank = MAX(sc->out->max_rank, r);
         }
         if (sc->n_lines == cap) sc->lines = xrealloc(sc->lines, sizeof(Line) * (size_t)(cap *= 2));
@@ -265,6 +276,12 @@ static int64_t number(const Stream *st, size_t *at) {
         v = v * 10 + (st->s[i++] - '0');
     *at = i;
     return v;
+}
+
+// A rank number at *at (advancing past it): 0..MAX_RANK, else -1.
+static int rank_number(const Stream *st, size_t *at) {
+    int64_t r = number(st, at);
+    return r >= 0 && r <= MAX_RANK ? (int)r : -1;
 }
 
 // The number after phrase in [from, to) (S offsets), or -1.
@@ -413,9 +430,15 @@ static LogError *new_error(Scanner *sc, const Stream *st, LogKind kind, size_t s
     *e = (LogError){.kind = kind, .rank = st->rank, .count = 1, .other_rank = -1,
                     .timeout_ms = -1, .ran_ms = -1, .last_enqueued = -1, .last_completed = -1};
     e->line = line_of(st, s_at) + 1;
-    // Its first sentence as printed: from the phrase to the first ". " or the line's end.
+    // Its first sentence as printed: from the phrase to the first ". " or the line's end (a
+    // line of the fold width goes on in the next).
     size_t t0 = st->s2t[s_at], k = 0;
-    for (size_t i = t0; i < st->t_len && st->t[i] != '\n' && k + 1 < sizeof e->first; i++) {
+    for (size_t i = t0; i < st->t_len && k + 1 < sizeof e->first; i++) {
+        if (st->t[i] == '\n') {
+            const Line *l = &sc->lines[st->t_line[i]];
+            if (!o->fold_width || l->width != o->fold_width) break;
+            continue;
+        }
         e->first[k++] = st->t[i];
         if (st->t[i] == '.' && (st->t[i + 1] == ' ' || st->t[i + 1] == '\n')) break;
     }
@@ -451,16 +474,16 @@ static void unfinished(Scanner *sc, Stream *st, long at, size_t end) {
     long n_at = find(st, from, end, NAMES);
     if (n_at >= 0) {
         size_t i = past(n_at, NAMES);
-        int64_t r = number(st, &i);
-        if (r >= 0 && r <= MAX_RANK) e->rank = (int)r;
+        int r = rank_number(st, &i);
+        if (r >= 0) e->rank = r;
         e->names.line = line_of(st, (size_t)n_at) + 1;
         read_names(st, list_start(st, i), INDICES, &e->names);
     }
     long i_at = find(st, from, end, INDICES);
     if (i_at >= 0) {
         size_t i = past(i_at, INDICES);
-        int64_t r = number(st, &i);
-        if (r >= 0 && r <= MAX_RANK) e->rank = (int)r;
+        int r = rank_number(st, &i);
+        if (r >= 0) e->rank = r;
         e->indices.line = line_of(st, (size_t)i_at) + 1;
         read_indices(sc, st, list_start(st, i), &e->indices);
     }
@@ -495,9 +518,12 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
     switch (e->kind) {
     case LOG_PARAM_COUNT: // "... but Rank R has N params, while rank S has inconsistent M params."
         i = past(at, "DDP expects same model across all ranks, but Rank");
-        e->rank = (int)MIN(number(st, &i), MAX_RANK);
+        e->rank = rank_number(st, &i);
         e->a = number_after(st, i, end, "has");
-        e->other_rank = (int)MIN(number_after(st, i, end, "while rank"), MAX_RANK);
+        {
+            int64_t o = number_after(st, i, end, "while rank");
+            e->other_rank = o >= 0 && o <= MAX_RANK ? (int)o : -1;
+        }
         e->b = number_after(st, i, end, "has inconsistent");
         break;
     case LOG_PARAM_SHAPE: { // "[R]: params[P] in this process with sizes [5, 8] appears not ..."
@@ -511,7 +537,7 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         while (r > 0 && p - r < 12 && st->s[r] != '[')
             r--;
         size_t ri = (size_t)r + 1;
-        if (st->s[r] == '[') e->rank = (int)MIN(number(st, &ri), MAX_RANK);
+        if (st->s[r] == '[') e->rank = rank_number(st, &ri);
         size_t t = st->s2t[past(at, "in this process with sizes")], k = 0;
         while (t < st->t_len && st->t[t] == ' ')
             t++;
@@ -547,7 +573,7 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         long r = find(st, at > 12 ? (size_t)at - 12 : 0, (size_t)at, "[Rank");
         if (r >= 0) {
             size_t ri = past(r, "[Rank");
-            e->rank = (int)MIN(number(st, &ri), MAX_RANK);
+            e->rank = rank_number(st, &ri);
         }
         size_t to = MIN(end, (size_t)at + 400);
         e->a = number_after(st, (size_t)at, to, "SeqNum=");
@@ -563,8 +589,8 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         break;
     }
     case LOG_MONITORED_BARRIER: {
-        int64_t r = number_after(st, (size_t)at, MIN(end, (size_t)at + 80), "waiting for send/recv from rank");
-        e->other_rank = r >= 0 ? (int)MIN(r, MAX_RANK) : -1;
+        int64_t r = number_after(st, (size_t)at, MIN(end, (size_t)at + 200), "waiting for send/recv from rank");
+        e->other_rank = r >= 0 && r <= MAX_RANK ? (int)r : -1;
         break;
     }
     default:
@@ -638,7 +664,10 @@ static void context(Scanner *sc) {
     for (int i = 0; i < sc->n_lines; i++) {
         const char *s = sc->lines[i].s;
         const char *p;
-        if (!strncmp(s, "world_size: ", 12)) o->world = MAX(o->world, atoi(s + 12));
+        if (!strncmp(s, "world_size: ", 12)) {
+            o->world = MAX(o->world, MIN(atoi(s + 12), MAX_RANK + 1));
+            snprintf(o->world_from, sizeof o->world_from, "DDP's summary");
+        }
         if (!strncmp(s, "num_parameter_tensors: ", 23)) o->n_params = atoi(s + 23);
         if (!strncmp(s, "find_unused_parameters: ", 24)) o->find_unused = atoi(s + 24) != 0;
         if (!strncmp(s, "torch_distributed_debug: ", 25))
@@ -647,7 +676,8 @@ static void context(Scanner *sc) {
             p += 16;
             while (*p == '=' || *p == ' ')
                 p++;
-            o->world = MIN(atoi(p), MAX_RANK + 1);
+            o->world = MAX(0, MIN(atoi(p), MAX_RANK + 1));
+            snprintf(o->world_from, sizeof o->world_from, "--nproc_per_node");
         }
         if ((p = strstr(s, "] Parameter: ")) && strstr(p, " did not get gradient in backwards pass")) {
             const char *r = strstr(s, "[Rank ");
@@ -741,5 +771,6 @@ void log_scan_free(LogScan *s) {
     free(s->info_names);
     free(s->n_info_names);
     free(s->boxes);
+    free(s->prefix_ranks);
     *s = (LogScan){0};
 }

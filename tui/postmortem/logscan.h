@@ -84,9 +84,11 @@ typedef struct LogScan {
     LogError *errors; // in the order the log first shows them
     int n;
     int n_lines;
-    bool prefixed;      // some lines carry [rankN]:
+    int *prefix_ranks;  // the ranks of the [rankN]: prefixes seen, ascending
+    int n_prefix_ranks;
     int max_rank;       // highest rank seen in a prefix or an error (-1: none)
     int world;          // from DDP's summary ("world_size: 2") or torchrun's --nproc_per_node; 0
+    char world_from[24]; // "DDP's summary", "--nproc_per_node"
     int n_params;       // DDP's summary "num_parameter_tensors: N"; 0 when absent
     int debug;          // DDP's summary "torch_distributed_debug": 0 OFF, 1 INFO, 2 DETAIL; -1
     int find_unused;    // DDP's summary find_unused_parameters: 0, 1; -1 absent
