@@ -112,6 +112,9 @@ TUI_CORE := $(call obj,$(wildcard tui/model/*.c tui/diagnosis/*.c))
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 # ... and the model test the teaching mode's loader, on the example traces.
 $(BUILD)/tests/test_tracemodel: $(call obj,tui/teach/teach.c tui/teach/teach_load.c tui/views/facts.c)
+# The post-mortem readers' tests: the pickle and Flight Recorder readers, the log scanner.
+$(BUILD)/tests/test_pickle: $(call obj,tui/postmortem/pickle.c tui/postmortem/flightrec.c tui/postmortem/readall.c)
+$(BUILD)/tests/test_logscan: $(call obj,tui/postmortem/logscan.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 

@@ -14,7 +14,8 @@
 typedef struct Line {
     char *s;     // the content after the prefix, NUL-terminated (in Scanner.buf)
     int len;
-    int width;   // characters of the line as the log shows it, prefix included
+    int width;   // characters of the line as the log shows it, prefix and trailing spaces included
+    bool trailing_space; // it ended in spaces (a fold there cut at a space, not in a word)
     int rank;    // its stream's rank (-1: lines without a prefix before any prefixed one)
     int boxes;   // the box count of the last Ultralytics progress line of its stream up to it
 } Line;
@@ -79,9 +80,17 @@ static int prefix_rank(const char **p) {
     return (int)r;
 }
 
+static int utf8_width(const char *s) {
+    int n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
 // Copies the raw line [b, e) cleaned into dst: what a terminal shows after the last carriage
-// return, without colour escapes, control characters as spaces. Returns its length.
-static int clean(const char *b, const char *e, char *dst) {
+// return, without colour escapes, control characters as spaces, trailing spaces dropped.
+// Returns its length; *width gets its width in characters before the drop.
+static int clean(const char *b, const char *e, char *dst, int *width) {
     const char *cr = NULL;
     for (const char *p = b; p < e; p++)
         if (*p == '\r' && p + 1 < e) cr = p;
@@ -97,18 +106,14 @@ static int clean(const char *b, const char *e, char *dst) {
         }
         dst[n++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
     }
+    dst[n] = '\0';
+    *width = utf8_width(dst);
     while (n > 0 && dst[n - 1] == ' ')
         n--;
     dst[n] = '\0';
     return n;
 }
 
-static int utf8_width(const char *s) {
-    int n = 0;
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xc0) != 0x80;
-    return n;
-}
 
 static Stream *stream_of(Scanner *sc, int rank) {
     for (int i = 0; i < sc->n_streams; i++)
@@ -176,7 +181,8 @@ static void split_lines(Scanner *sc, const char *text, size_t len) {
     for (const char *b = text; b < text + len;) {
         const char *e = memchr(b, '\n', (size_t)(text + len - b));
         if (!e) e = text + len;
-        int n = clean(b, e, dst);
+        int width;
+        int n = clean(b, e, dst, &width);
         const char *content = dst;
         int r = prefix_rank(&content);
         if (r >= 0) {
@@ -186,8 +192,8 @@ static void split_lines(Scanner *sc, const char *text, size_t len) {
         }
         if (sc->n_lines == cap) sc->lines = xrealloc(sc->lines, sizeof(Line) * (size_t)(cap *= 2));
         Line *l = &sc->lines[sc->n_lines];
-        *l = (Line){.s = (char *)content, .len = n - (int)(content - dst), .width = utf8_width(dst),
-                    .rank = rank, .boxes = -1};
+        *l = (Line){.s = (char *)content, .len = n - (int)(content - dst), .width = width,
+                    .trailing_space = utf8_width(dst) < width, .rank = rank, .boxes = -1};
         max_width = MAX(max_width, l->width);
         Stream *st = stream_of(sc, rank);
         int si = (int)(st - sc->streams);
@@ -241,11 +247,11 @@ static void join_stream(Scanner *sc, Stream *st) {
 
 // ---- phrases -------------------------------------------------------------------------------
 
-// phrase without its spaces, into out (static storage for one use at a time).
-static const char *squeeze(const char *phrase, char *out, size_t len) {
+// text without its spaces and line breaks (as a stream's S), into out; may be text itself.
+static const char *squeeze(const char *text, char *out, size_t len) {
     size_t n = 0;
-    for (; *phrase && n + 1 < len; phrase++)
-        if (*phrase != ' ') out[n++] = *phrase;
+    for (; *text && n + 1 < len; text++)
+        if (*text != ' ' && *text != '\n' && *text != '\t') out[n++] = *text;
     out[n] = '\0';
     return out;
 }
@@ -349,12 +355,13 @@ static void read_names(const Stream *st, size_t at, const char *end_phrase, LogL
             n = 0;
         } else if (c == '\n') {
             const char *next = next_line(st, i);
-            char sq[128], nsq[128];
+            char end[128], nsq[128] = "";
+            squeeze(end_phrase, end, sizeof end);
             if (next) {
                 snprintf(nsq, sizeof nsq, "%.100s", next);
                 squeeze(nsq, nsq, sizeof nsq);
             }
-            if (next && !strncmp(nsq, squeeze(end_phrase, sq, sizeof sq), strlen(sq))) {
+            if (next && !strncmp(nsq, end, strlen(end))) {
                 if (n) push_name(l, tok, n);
                 n = 0;
                 ended = true;
@@ -392,14 +399,15 @@ static void read_indices(const Scanner *sc, const Stream *st, size_t at, LogList
             if (next && next == st->t + i + 1 && isdigit((unsigned char)*next) && list_like(next, true)) {
                 int64_t first = atoll(next);
                 const Line *here = &sc->lines[st->t_line[i]];
-                bool folded = sc->out->fold_width && here->width == sc->out->fold_width;
+                bool folded = sc->out->fold_width && here->width == sc->out->fold_width &&
+                              !here->trailing_space;
                 int64_t prev = l->n ? l->values[l->n - 1] : -1;
                 wrap_joins = folded || first <= cur || cur <= prev;
             }
         }
         if (wrap_joins) continue;
         if (digits) {
-            if (c == '\0' && sc->out->ends_in_line && st->t_line[i - 1] == sc->n_lines - 1) {
+            if ((c == '\n' || c == '\0') && sc->out->ends_in_line && st->t_line[i - 1] == sc->n_lines - 1) {
                 l->cut = true; // the log stops in the middle of a number
                 snprintf(l->partial, sizeof l->partial, "%lld", (long long)cur);
                 return;
@@ -437,6 +445,7 @@ static LogError *new_error(Scanner *sc, const Stream *st, LogKind kind, size_t s
         if (st->t[i] == '\n') {
             const Line *l = &sc->lines[st->t_line[i]];
             if (!o->fold_width || l->width != o->fold_width) break;
+            if (l->trailing_space && k + 1 < sizeof e->first) e->first[k++] = ' ';
             continue;
         }
         e->first[k++] = st->t[i];
@@ -512,6 +521,20 @@ static void marked_twice(Scanner *sc, Stream *st, long at, size_t end) {
     push_name(&e->names, st->s + k, n);
 }
 
+// Where the shape check's text begins, before its phrase at: "params[P]" (S offset), or with
+// rank its "[R]:" before that; at itself when it is not there.
+static long shape_start(const Stream *st, long at, bool rank) {
+    long p = at;
+    while (p > 0 && at - p < 40 && strncmp(st->s + p, "params[", 7))
+        p--;
+    if (strncmp(st->s + p, "params[", 7)) return at;
+    if (!rank) return p;
+    long r = p - 1;
+    while (r > 0 && p - r < 12 && st->s[r] != '[')
+        r--;
+    return r >= 0 && st->s[r] == '[' ? r : p;
+}
+
 // What the other kinds' texts carry (see logscan.h's LogError).
 static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
     size_t i;
@@ -527,17 +550,13 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         e->b = number_after(st, i, end, "has inconsistent");
         break;
     case LOG_PARAM_SHAPE: { // "[R]: params[P] in this process with sizes [5, 8] appears not ..."
-        long p = at;
-        while (p > 0 && at - p < 40 && strncmp(st->s + p, "params[", 7))
-            p--;
-        if (strncmp(st->s + p, "params[", 7)) break;
+        long p = shape_start(st, at, false);
+        if (p == at) break;
         i = (size_t)p + 7;
         e->a = number(st, &i);
-        long r = p - 1;
-        while (r > 0 && p - r < 12 && st->s[r] != '[')
-            r--;
+        long r = shape_start(st, at, true);
         size_t ri = (size_t)r + 1;
-        if (st->s[r] == '[') e->rank = rank_number(st, &ri);
+        if (r < p) e->rank = rank_number(st, &ri);
         size_t t = st->s2t[past(at, "in this process with sizes")], k = 0;
         while (t < st->t_len && st->t[t] == ' ')
             t++;
@@ -648,7 +667,8 @@ static void scan_stream(Scanner *sc, Stream *st) {
             size_t i = past((long)hits[h].at, ph->text);
             if (ph->kind == LOG_GLOO_TIMEOUT && (number(st, &i) < 0 || find(st, i, i + 2, "ms") < 0))
                 continue; // another timeout ("Timed out waiting for clients")
-            LogError *e = new_error(sc, st, ph->kind, hits[h].at);
+            size_t start = ph->kind == LOG_PARAM_SHAPE ? (size_t)shape_start(st, (long)hits[h].at, true) : hits[h].at;
+            LogError *e = new_error(sc, st, ph->kind, start);
             details(sc, st, e, (long)hits[h].at, end);
         }
     }
