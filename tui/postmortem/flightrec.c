@@ -27,6 +27,15 @@ static int bad(Ctx *c, const char *fmt, ...) {
     return -1;
 }
 
+// A string from the dump into out: control characters become '?', so that no text the dump
+// holds can break a line of ours (an error, a trace's text, a report).
+static void copy_text(char *out, size_t len, const char *s) {
+    size_t n = 0;
+    for (; s && *s && n + 1 < len; s++)
+        out[n++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    if (len) out[n] = '\0';
+}
+
 // Field key of dict as an integer: 0 and *out set; 1 when absent or None (and !required);
 // -1 (an error) when of another type, or absent and required.
 static int get_int(Ctx *c, const PickleValue *dict, const char *key, bool required, int64_t *out) {
@@ -52,7 +61,7 @@ static int get_str(Ctx *c, const PickleValue *dict, const char *key, bool requir
         return 1;
     }
     if (v->type != PICKLE_STR) return bad(c, "%s is a %s, expected a str", key, pickle_type_name(v->type));
-    snprintf(out, len, "%s", v->s);
+    copy_text(out, len, v->s);
     return 0;
 }
 
@@ -102,8 +111,11 @@ static void call_site(const PickleValue *e, char *out, size_t len) {
         const PickleValue *line = pickle_get(frames->items[k], "line");
         if (!file || file->type != PICKLE_STR || strstr(file->s, "/torch/")) continue;
         const char *base = strrchr(file->s, '/');
-        snprintf(out, len, "%s (%s:%lld)", name && name->type == PICKLE_STR ? name->s : "?",
-                 base ? base + 1 : file->s, line && line->type == PICKLE_INT ? (long long)line->i : 0LL);
+        char fn[64], where[96];
+        copy_text(fn, sizeof fn, name && name->type == PICKLE_STR ? name->s : "?");
+        copy_text(where, sizeof where, base ? base + 1 : file->s);
+        snprintf(out, len, "%s (%s:%lld)", fn, where,
+                 line && line->type == PICKLE_INT ? (long long)line->i : 0LL);
         return;
     }
 }
@@ -139,15 +151,15 @@ static int read_entry(Ctx *c, const PickleValue *e, FrEntry *out) {
     const PickleValue *pg = pickle_get(e, "process_group");
     if (pg && (pg->type == PICKLE_TUPLE || pg->type == PICKLE_LIST) && pg->n == 2 &&
         pg->items[0]->type == PICKLE_STR && pg->items[1]->type == PICKLE_STR) {
-        snprintf(out->pg_name, sizeof out->pg_name, "%s", pg->items[0]->s);
-        snprintf(out->pg_desc, sizeof out->pg_desc, "%s", pg->items[1]->s);
+        copy_text(out->pg_name, sizeof out->pg_name, pg->items[0]->s);
+        copy_text(out->pg_desc, sizeof out->pg_desc, pg->items[1]->s);
     }
     if (sizes(c, e, "input_sizes", &out->numel_in, out->shape, sizeof out->shape) < 0 ||
         sizes(c, e, "output_sizes", &out->numel_out, NULL, 0) < 0)
         return -1;
     const PickleValue *dt = pickle_get(e, "input_dtypes");
     if (dt && dt->type == PICKLE_LIST && dt->n > 0 && dt->items[0]->type == PICKLE_STR)
-        snprintf(out->dtype, sizeof out->dtype, "%s", dt->items[0]->s);
+        copy_text(out->dtype, sizeof out->dtype, dt->items[0]->s);
     call_site(e, out->site, sizeof out->site);
     return 0;
 }
@@ -187,7 +199,7 @@ static int read_groups(Ctx *c, const PickleValue *root, FrDump *out) {
             get_str(c, info, "ranks", false, ranks, sizeof ranks) < 0)
             return -1;
         if (!g->name[0] && cfg->items[k]->type == PICKLE_STR)
-            snprintf(g->name, sizeof g->name, "%s", cfg->items[k]->s);
+            copy_text(g->name, sizeof g->name, cfg->items[k]->s);
         parse_ranks(ranks, g);
         // pg_status is keyed by pg id: the id the entries of this group carry, else its name.
         char id[64];
