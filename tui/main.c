@@ -1,10 +1,10 @@
 /* main.c -- bin/ddpdbg, the command line: `ddpdbg COMMAND ...`: run (the launcher,
- * tui/launch/launch.h), tui (the viewer on a saved trace, tui/views/tui.h), report (the diagnosis as text or
- * JSON, tui/diagnosis/report.h), export (Chrome trace JSON, tui/diagnosis/export.h), scenario (the failure
- * catalog, tui/teach/scenario.h), and the post-mortems of runs ddpdbg did not trace: explain (a
- * pasted log, tui/postmortem/explain.h) and import-fr (Flight Recorder dumps,
- * tui/postmortem/fr_import.h). Bad usage is one line on
- * stderr and exit status 2; --help prints the usage. */
+ * tui/launch/launch.h), tui (the viewer on a saved trace, tui/views/tui.h), report (the diagnosis
+ * as text or JSON, tui/diagnosis/report.h), export (Chrome trace JSON, tui/diagnosis/export.h),
+ * scenario (the failure catalog, tui/teach/scenario.h), and the post-mortems of runs ddpdbg did not
+ * trace: explain (a pasted log, tui/postmortem/explain.h) and import-fr (Flight Recorder dumps,
+ * tui/postmortem/fr_import.h). Bad usage is one line on stderr and exit status 2; --help prints
+ * the usage. */
 #include <stdio.h>
 #include <string.h>
 
@@ -50,10 +50,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "scenario")) return scenario_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "explain")) return explain_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "import-fr")) return import_fr_command(argc - 1, argv + 1);
-    fprintf(
-        stderr,
-        "ddpdbg: unknown command '%s' (expected run, tui, report, export, scenario, explain or "
-        "import-fr; see ddpdbg --help)\n",
-        cmd);
+    fprintf(stderr,
+            "ddpdbg: unknown command '%s' (expected run, tui, report, export, scenario, explain or "
+            "import-fr; see ddpdbg --help)\n",
+            cmd);
     return 2;
 }

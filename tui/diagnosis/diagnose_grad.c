@@ -17,7 +17,8 @@ void fix_find_unused(Str *fx, int n_missing, int n_params) {
     char bitmap[64] = "", digits[16];
     snprintf(digits, sizeof digits, "%d", n_params); // "an 18-", "an 8-", "an 11000-element"
     size_t nd = strlen(digits);
-    bool an = digits[0] == '8' || ((nd % 3 == 2) && (!strncmp(digits, "11", 2) || !strncmp(digits, "18", 2)));
+    bool an = digits[0] == '8' ||
+              ((nd % 3 == 2) && (!strncmp(digits, "11", 2) || !strncmp(digits, "18", 2)));
     if (n_params > 0) snprintf(bitmap, sizeof bitmap, "%s %d-element", an ? "an" : "a", n_params);
     str_addf(
         fx,
@@ -287,7 +288,8 @@ void rule_unused(Diag *d) {
         if (!some && every_iter && !used_elsewhere)
             fix_static_graph(&fx, NULL);
         else if (some || used_elsewhere)
-            fix_static_graph(&fx, some ? "on other ranks in the same iteration" : "in other iterations");
+            fix_static_graph(&fx,
+                             some ? "on other ranks in the same iteration" : "in other iterations");
         f->explanation = str_take(&ex);
         f->fixes = str_take(&fx);
         free(uni);

@@ -1,6 +1,6 @@
-/* diagnose_rules.h -- for tui/diagnosis/diagnose.c and tui/diagnosis/diagnose_grad.c: the findings being
- * built, the text and model helpers the rules share, and the rules about gradients (which live
- * in diagnose_grad.c; the rules about the run's collectives, errors and ranks in diagnose.c).
+/* diagnose_rules.h -- for tui/diagnosis/diagnose.c and tui/diagnosis/diagnose_grad.c: the findings
+ * being built, the text and model helpers the rules share, and the rules about gradients (which
+ * live in diagnose_grad.c; the rules about the run's collectives, errors and ranks in diagnose.c).
  * The post-mortem of a pasted log (tui/postmortem/explain.c) builds its findings with the same
  * helpers and offers the same fixes. */
 #ifndef TUI_DIAGNOSE_RULES_H

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/base.h"          // xcalloc, xrealloc, xstrdup, MAX
-#include "tui/diagnosis/report.h"  // report_finding_text, report_json_findings, json_string
+#include "kernels/base.h"         // xcalloc, xrealloc, xstrdup, MAX
+#include "tui/diagnosis/report.h" // report_finding_text, report_json_findings, json_string
 #include "tui/postmortem/explain_rules.h"
 #include "tui/postmortem/readall.h"
 #include "tui/postmortem/registry.h"
@@ -36,25 +36,33 @@ static bool model_fits(const LogScan *s, char **reg, int n_reg, const char *mode
         const LogError *e = &s->errors[i];
         for (int k = 0; k < e->indices.n; k++)
             if (e->indices.values[k] >= n_reg) {
-                snprintf(note, len, "index %lld (line %d) is beyond %s's %d parameters: the log is "
-                         "of another model", (long long)e->indices.values[k], e->indices.line, model, n_reg);
+                snprintf(note, len,
+                         "index %lld (line %d) is beyond %s's %d parameters: the log is "
+                         "of another model",
+                         (long long)e->indices.values[k], e->indices.line, model, n_reg);
                 return false;
             }
         if (e->kind == LOG_PARAM_SHAPE && e->a >= n_reg) {
-            snprintf(note, len, "parameter %lld (line %d) is beyond %s's %d parameters: the log is "
-                     "of another model", (long long)e->a, e->line, model, n_reg);
+            snprintf(note, len,
+                     "parameter %lld (line %d) is beyond %s's %d parameters: the log is "
+                     "of another model",
+                     (long long)e->a, e->line, model, n_reg);
             return false;
         }
         for (int k = 0; k < e->names.n; k++) {
             int idx = name_index(reg, n_reg, e->names.names[k]);
             if (idx < 0) {
-                snprintf(note, len, "'%.200s' (line %d) is not a parameter of %s: the log is of "
-                         "another model", e->names.names[k], e->names.line, model);
+                snprintf(note, len,
+                         "'%.200s' (line %d) is not a parameter of %s: the log is of "
+                         "another model",
+                         e->names.names[k], e->names.line, model);
                 return false;
             }
             if (e->kind == LOG_MARKED_TWICE && e->indices.n && e->indices.values[0] != idx) {
-                snprintf(note, len, "%s's parameter %lld is not %s (line %d): the log is of "
-                         "another model", model, (long long)e->indices.values[0], e->names.names[k], e->line);
+                snprintf(note, len,
+                         "%s's parameter %lld is not %s (line %d): the log is of "
+                         "another model",
+                         model, (long long)e->indices.values[0], e->names.names[k], e->line);
                 return false;
             }
         }
@@ -62,23 +70,24 @@ static bool model_fits(const LogScan *s, char **reg, int n_reg, const char *mode
     return true;
 }
 
+// Adds idx to p's parameters once (build_space sorts them when they are all in).
 static void add_param(ErrorParams *p, int idx) {
     for (int k = 0; k < p->n; k++)
         if (p->params[k] == idx) return;
     p->params = xrealloc(p->params, sizeof(int) * (size_t)(p->n + 1));
-    int at = p->n++;
-    while (at > 0 && p->params[at - 1] > idx) {
-        p->params[at] = p->params[at - 1];
-        at--;
-    }
-    p->params[at] = idx;
+    p->params[p->n++] = idx;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
 // A name's index in the space, adding it when the space is the log's own names.
 static int space_index(ExplainLog *log, const char *name, bool grow) {
     int idx = name_index(log->m.param_names, log->m.n_params, name);
     if (idx >= 0 || !grow) return idx;
-    log->m.param_names = xrealloc(log->m.param_names, sizeof(char *) * (size_t)(log->m.n_params + 1));
+    log->m.param_names =
+        xrealloc(log->m.param_names, sizeof(char *) * (size_t)(log->m.n_params + 1));
     log->m.param_names[log->m.n_params] = xstrdup(name);
     return log->m.n_params++;
 }
@@ -125,6 +134,7 @@ static void build_space(ExplainLog *log, char **reg, int n_reg) {
             p->from_info = p->n > before;
             if (p->from_info) p->cut = false;
         }
+        if (p->n) qsort(p->params, (size_t)p->n, sizeof(int), cmp_int);
     }
 }
 
@@ -195,7 +205,8 @@ static void print_json(FILE *out, const ExplainLog *log, const Finding *f, int n
     fprintf(out, ",\n  \"status\": \"%s\",\n  \"errors\": [", s->n ? "findings" : "no_ddp_error");
     for (int i = 0; i < s->n; i++) {
         const LogError *e = &s->errors[i];
-        fprintf(out, "%s\n    {\"rank\": %d, \"line\": %d, \"kind\": \"%s\", \"count\": %d, \"text\": ",
+        fprintf(out,
+                "%s\n    {\"rank\": %d, \"line\": %d, \"kind\": \"%s\", \"count\": %d, \"text\": ",
                 i ? "," : "", e->rank, e->line, log_kind_name(e->kind), e->count);
         json_string(out, e->first);
         fputs(", \"names\": ", out);
@@ -261,8 +272,10 @@ int explain_command(int argc, char **argv) {
             }
             model = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "ddpdbg explain: unknown option '%s' (expected --model or --json; see "
-                            "ddpdbg explain --help)\n", argv[i]);
+            fprintf(stderr,
+                    "ddpdbg explain: unknown option '%s' (expected --model or --json; see "
+                    "ddpdbg explain --help)\n",
+                    argv[i]);
             return 2;
         } else if (path) {
             fprintf(stderr, "ddpdbg explain: one log expected, got '%s' and '%s'\n", path, argv[i]);

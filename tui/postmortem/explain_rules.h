@@ -13,24 +13,24 @@
 typedef struct ErrorParams {
     int *params; // ascending, unique
     int n;
-    bool cut;            // the log ends inside the error's list: there may be more
-    bool from_info;      // completed from the reducer's INFO lines
-    char partial[128];   // the cut token, "" when none
-    int n_listed;        // names or indices the error's own text lists
+    bool cut;          // the log ends inside the error's list: there may be more
+    bool from_info;    // completed from the reducer's INFO lines
+    char partial[128]; // the cut token, "" when none
+    int n_listed;      // names or indices the error's own text lists
 } ErrorParams;
 
 typedef struct ExplainLog {
     const char *path;
-    const char *model;       // --model, NULL when none or set aside
-    char model_note[512];    // why --model was set aside, "" when it was not
+    const char *model;    // --model, NULL when none or set aside
+    char model_note[512]; // why --model was set aside, "" when it was not
     LogScan scan;
     // The parameter space of every finding: m.param_names[i] is parameter i's name. With the
     // model: its registry (indices are DDP's); without, with names in the log: those names in
     // the order first seen (positions); with indices only: no names (m.param_names NULL).
     Model m;
-    bool indices;            // params are DDP's indices
-    int n_params_model;      // the model's parameter count (registry or DDP's summary), 0 unknown
-    ErrorParams *params;     // per scan error
+    bool indices;        // params are DDP's indices
+    int n_params_model;  // the model's parameter count (registry or DDP's summary), 0 unknown
+    ErrorParams *params; // per scan error
 } ExplainLog;
 
 // The findings of log's errors into *out (root causes first, then what follows from them).

@@ -48,7 +48,8 @@ static int get_int(Ctx *c, const PickleValue *dict, const char *key, bool requir
         *out = v->b;
         return 0;
     }
-    if (v->type != PICKLE_INT) return bad(c, "%s is a %s, expected an int", key, pickle_type_name(v->type));
+    if (v->type != PICKLE_INT)
+        return bad(c, "%s is a %s, expected an int", key, pickle_type_name(v->type));
     *out = v->i;
     return 0;
 }
@@ -60,7 +61,8 @@ static int get_str(Ctx *c, const PickleValue *dict, const char *key, bool requir
         if (required) return bad(c, "%s is missing", key);
         return 1;
     }
-    if (v->type != PICKLE_STR) return bad(c, "%s is a %s, expected a str", key, pickle_type_name(v->type));
+    if (v->type != PICKLE_STR)
+        return bad(c, "%s is a %s, expected a str", key, pickle_type_name(v->type));
     copy_text(out, len, v->s);
     return 0;
 }
@@ -81,7 +83,8 @@ static int sizes(Ctx *c, const PickleValue *e, const char *key, int64_t *numel, 
     for (int t = 0; t < v->n; t++) {
         const PickleValue *dims = v->items[t];
         if (dims->type != PICKLE_LIST && dims->type != PICKLE_TUPLE)
-            return bad(c, "%s[%d] is a %s, expected a list of ints", key, t, pickle_type_name(dims->type));
+            return bad(c, "%s[%d] is a %s, expected a list of ints", key, t,
+                       pickle_type_name(dims->type));
         int64_t n = 1;
         size_t at = 0;
         if (t == 0 && shape) at += (size_t)snprintf(shape, len, "[");
@@ -111,7 +114,7 @@ static void call_site(const PickleValue *e, char *out, size_t len) {
         const PickleValue *line = pickle_get(frames->items[k], "line");
         if (!file || file->type != PICKLE_STR || strstr(file->s, "/torch/")) continue;
         const char *base = strrchr(file->s, '/');
-        char fn[64], where[96];
+        char fn[48], where[80];
         copy_text(fn, sizeof fn, name && name->type == PICKLE_STR ? name->s : "?");
         copy_text(where, sizeof where, base ? base + 1 : file->s);
         snprintf(out, len, "%s (%s:%lld)", fn, where,
@@ -184,7 +187,8 @@ static void parse_ranks(const char *text, FrGroup *g) {
 static int read_groups(Ctx *c, const PickleValue *root, FrDump *out) {
     const PickleValue *cfg = pickle_get(root, "pg_config");
     if (!cfg) return 0;
-    if (cfg->type != PICKLE_DICT) return bad(c, "pg_config is a %s, expected a dict", pickle_type_name(cfg->type));
+    if (cfg->type != PICKLE_DICT)
+        return bad(c, "pg_config is a %s, expected a dict", pickle_type_name(cfg->type));
     const PickleValue *status = pickle_get(root, "pg_status");
     out->groups = xcalloc((size_t)cfg->n / 2 + 1, sizeof(FrGroup));
     for (int k = 0; k + 1 < cfg->n; k += 2) {
@@ -193,7 +197,8 @@ static int read_groups(Ctx *c, const PickleValue *root, FrDump *out) {
         *g = (FrGroup){.last_enqueued = -1, .last_started = -1, .last_completed = -1};
         snprintf(c->where, sizeof c->where, "pg_config entry %d: ", k / 2);
         char ranks[4096] = "";
-        if (info->type != PICKLE_DICT) return bad(c, "a %s, expected a dict", pickle_type_name(info->type));
+        if (info->type != PICKLE_DICT)
+            return bad(c, "a %s, expected a dict", pickle_type_name(info->type));
         if (get_str(c, info, "name", false, g->name, sizeof g->name) < 0 ||
             get_str(c, info, "desc", false, g->desc, sizeof g->desc) < 0 ||
             get_str(c, info, "ranks", false, ranks, sizeof ranks) < 0)
@@ -270,6 +275,7 @@ void fr_dump_free(FrDump *d) {
 
 const FrGroup *fr_group(const FrDump *d, const char *name) {
     for (int g = 0; g < d->n_groups; g++)
-        if (!strcmp(d->groups[g].name, name) || !strcmp(d->groups[g].desc, name)) return &d->groups[g];
+        if (!strcmp(d->groups[g].name, name) || !strcmp(d->groups[g].desc, name))
+            return &d->groups[g];
     return NULL;
 }

@@ -31,7 +31,7 @@ typedef struct FrEntry {
     double duration_ms;                         // < 0: absent
     int64_t timeout_ms;                         // 0: absent
     char state[16];                             // "scheduled", "started", "completed"
-    bool retired;                               // the watchdog dropped it (not completed: timed out)
+    bool retired; // the watchdog dropped it (not completed: timed out)
     bool is_p2p;
     int64_t numel_in, numel_out; // sums over the inputs (outputs) of their sizes' products
     char dtype[16];              // the first input's dtype ("Float"), "" without inputs

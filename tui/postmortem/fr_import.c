@@ -27,7 +27,7 @@ typedef struct RankDump {
     FrDump d;
     FrEntry **colls; // the chosen group's collectives, by seq (one per seq)
     int n_colls;
-    int n_other_group, n_p2p; // entries left out
+    int n_other_group, n_p2p;              // entries left out
     int64_t last_enqueued, last_completed; // -1: none
     const FrEntry *pending;                // the first collective not completed, or NULL
 } RankDump;
@@ -70,20 +70,24 @@ static int cmp_rank(const void *a, const void *b) {
 // DIR's files named <prefix><rank>: with --prefix those, else those of the one stem there is.
 static int find_dumps(Import *im) {
     DIR *d = opendir(im->dir);
-    if (!d) return usage_error("%s: %s (expected the folder holding the dumps)", im->dir, strerror(errno));
+    if (!d)
+        return usage_error("%s: %s (expected the folder holding the dumps)", im->dir,
+                           strerror(errno));
     char stem[256] = "";
     int rc = 0;
     for (struct dirent *e; (e = readdir(d)) && !rc;) {
         size_t n = stem_len(e->d_name);
         if (e->d_name[0] == '.' || n == strlen(e->d_name) || strlen(e->d_name) - n > 5) continue;
-        if (im->prefix ? strlen(im->prefix) != n || strncmp(e->d_name, im->prefix, n) : false) continue;
+        if (im->prefix ? strlen(im->prefix) != n || strncmp(e->d_name, im->prefix, n) : false)
+            continue;
         char path[4200];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", im->dir, e->d_name);
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         if (!im->prefix && stem[0] && (strlen(stem) != n || strncmp(stem, e->d_name, n)))
             rc = usage_error("%s holds files of two names, %s<rank> and %.*s<rank>: choose with "
-                             "--prefix", im->dir, stem, (int)n, e->d_name);
+                             "--prefix",
+                             im->dir, stem, (int)n, e->d_name);
         snprintf(stem, sizeof stem, "%.*s", (int)n, e->d_name);
         int rank = atoi(e->d_name + n);
         if (rank >= MAX_RANKS) continue;
@@ -96,9 +100,10 @@ static int find_dumps(Import *im) {
     if (rc) return rc;
     snprintf(im->stem, sizeof im->stem, "%s", stem);
     if (!im->n)
-        return usage_error("%s holds no Flight Recorder dumps (files named <prefix><rank>, as "
-                           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE makes them: nccl_trace_rank_0, ...)%s%s",
-                           im->dir, im->prefix ? " with prefix " : "", im->prefix ? im->prefix : "");
+        return usage_error(
+            "%s holds no Flight Recorder dumps (files named <prefix><rank>, as "
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE makes them: nccl_trace_rank_0, ...)%s%s",
+            im->dir, im->prefix ? " with prefix " : "", im->prefix ? im->prefix : "");
     qsort(im->ranks, (size_t)im->n, sizeof(RankDump), cmp_rank);
     for (int i = 1; i < im->n; i++)
         if (im->ranks[i].rank == im->ranks[i - 1].rank)
@@ -179,9 +184,11 @@ static void collect(Import *im) {
             FrEntry *e = r->colls[k];
             if (kept && r->colls[kept - 1]->collective_seq_id == e->collective_seq_id) {
                 FrEntry *into = r->colls[kept - 1];
-                into->numel_in = e->numel_in > INT64_MAX - into->numel_in ? INT64_MAX
-                                                                          : into->numel_in + e->numel_in;
-                if (strcmp(e->state, "completed")) snprintf(into->state, sizeof into->state, "%s", e->state);
+                into->numel_in = e->numel_in > INT64_MAX - into->numel_in
+                                     ? INT64_MAX
+                                     : into->numel_in + e->numel_in;
+                if (strcmp(e->state, "completed"))
+                    snprintf(into->state, sizeof into->state, "%s", e->state);
                 continue;
             }
             r->colls[kept++] = e;
@@ -267,7 +274,8 @@ static char *hang_summary(const Import *im, int *stuck_rank) {
     const RankDump *stuck = NULL;
     for (int i = 0; i < im->n; i++) {
         const RankDump *r = &im->ranks[i];
-        if (r->pending && (!stuck || r->pending->collective_seq_id < stuck->pending->collective_seq_id))
+        if (r->pending &&
+            (!stuck || r->pending->collective_seq_id < stuck->pending->collective_seq_id))
             stuck = r;
     }
     if (!stuck) return NULL;
@@ -292,14 +300,16 @@ static char *hang_summary(const Import *im, int *stuck_rank) {
     const RankDump *other = NULL; // a rank whose #s is another collective
     for (int i = 0; i < im->n && !other; i++) {
         const FrEntry *e = im->ranks[i].pending;
-        if (e && e->collective_seq_id == s && (strcmp(e->op, stuck->pending->op) || e->numel_in != stuck->pending->numel_in))
+        if (e && e->collective_seq_id == s &&
+            (strcmp(e->op, stuck->pending->op) || e->numel_in != stuck->pending->numel_in))
             other = &im->ranks[i];
     }
     if (n_absent) {
         fprintf(f, "which %s %s never joined\n", n_absent == 1 ? "rank" : "ranks", absent);
     } else if (other) {
         coll_words(other->pending, words, sizeof words);
-        fprintf(f, "while rank %d's #%lld is another collective (%s)\n", other->rank, (long long)s, words);
+        fprintf(f, "while rank %d's #%lld is another collective (%s)\n", other->rank, (long long)s,
+                words);
     } else {
         fprintf(f, "which every rank joined and none completed\n");
     }
@@ -312,8 +322,9 @@ static char *hang_summary(const Import *im, int *stuck_rank) {
         fprintf(f, "  rank %d: ", rank);
         if (r->pending) {
             coll_words(r->pending, words, sizeof words);
-            fprintf(f, "waiting in collective #%lld (%s)%s%s; ", (long long)r->pending->collective_seq_id,
-                    words, r->pending->site[0] ? ", called from " : "", r->pending->site);
+            fprintf(f, "waiting in collective #%lld (%s)%s%s; ",
+                    (long long)r->pending->collective_seq_id, words,
+                    r->pending->site[0] ? ", called from " : "", r->pending->site);
         }
         fprintf(f, "enqueued up to #%lld, completed up to #%lld", (long long)r->last_enqueued,
                 (long long)r->last_completed);
@@ -330,11 +341,15 @@ static char *hang_summary(const Import *im, int *stuck_rank) {
             const RankDump *o = dump_of(im, rank);
             if (o == w || (o && o->last_enqueued >= ws)) continue;
             if (o)
-                fprintf(f, "  rank %d waits for rank %d: rank %d waits in #%lld, rank %d has launched only up to #%lld\n",
+                fprintf(f,
+                        "  rank %d waits for rank %d: rank %d waits in #%lld, rank %d has launched "
+                        "only up to #%lld\n",
                         w->rank, rank, w->rank, (long long)ws, rank, (long long)o->last_enqueued);
             else
-                fprintf(f, "  rank %d waits for rank %d: rank %d waits in #%lld, rank %d left no dump\n",
-                        w->rank, rank, w->rank, (long long)ws, rank);
+                fprintf(
+                    f,
+                    "  rank %d waits for rank %d: rank %d waits in #%lld, rank %d left no dump\n",
+                    w->rank, rank, w->rank, (long long)ws, rank);
         }
     }
     fclose(f);
@@ -356,8 +371,15 @@ static void add(Records *rs, int64_t t, ProbeKind kind, uint16_t flags, int32_t 
         rs->recs = xrealloc(rs->recs, sizeof(ProbeRecord) * rs->cap);
         rs->texts = xrealloc(rs->texts, sizeof(char *) * rs->cap);
     }
-    rs->recs[rs->n] = (ProbeRecord){.seq = rs->n + 1, .t_ns = t, .iter = -1, .kind = (uint16_t)kind,
-                                    .flags = flags, .a = a, .b = b, .c = c, .d = d};
+    rs->recs[rs->n] = (ProbeRecord){.seq = rs->n + 1,
+                                    .t_ns = t,
+                                    .iter = -1,
+                                    .kind = (uint16_t)kind,
+                                    .flags = flags,
+                                    .a = a,
+                                    .b = b,
+                                    .c = c,
+                                    .d = d};
     rs->texts[rs->n++] = text ? xstrdup(text) : NULL;
 }
 
@@ -392,7 +414,7 @@ static int write_rank(const Import *im, const RankDump *r, const char *hang, int
             e->numel_in, what);
         t_last = MAX(t_last, e->time_created_ns);
         if (strcmp(e->state, "completed")) continue;
-        int64_t t = e->time_completed_ns ? e->time_completed_ns
+        int64_t t = e->time_completed_ns  ? e->time_completed_ns
                     : e->duration_ms >= 0 ? e->time_created_ns + (int64_t)(e->duration_ms * 1e6)
                                           : e->time_created_ns;
         add(&rs, t, PROBE_COLL_DONE, PROBE_FLAG_OK, op_code(e->op), -1, e->collective_seq_id,
@@ -460,7 +482,8 @@ static int run(Import *im) {
                 printf("; %d %s of other process groups left out (--pg)", r->n_other_group,
                        r->n_other_group == 1 ? "entry" : "entries");
             if (r->n_p2p)
-                printf("; %d point-to-point %s left out", r->n_p2p, r->n_p2p == 1 ? "entry" : "entries");
+                printf("; %d point-to-point %s left out", r->n_p2p,
+                       r->n_p2p == 1 ? "entry" : "entries");
             printf("\n");
         }
         if (hang) printf("%s", hang);
@@ -482,18 +505,22 @@ int import_fr_command(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (opt) {
-            if (i + 1 >= argc) return usage_error("%s needs a value (see ddpdbg import-fr --help)", argv[i]);
+            if (i + 1 >= argc)
+                return usage_error("%s needs a value (see ddpdbg import-fr --help)", argv[i]);
             *opt = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return usage_error("unknown option '%s' (expected --out, --prefix or --pg; see "
-                               "ddpdbg import-fr --help)", argv[i]);
+                               "ddpdbg import-fr --help)",
+                               argv[i]);
         } else if (im.dir) {
             return usage_error("one folder of dumps expected, got '%s' and '%s'", im.dir, argv[i]);
         } else {
             im.dir = argv[i];
         }
     }
-    if (!im.dir) return usage_error("expected the folder holding the dumps (usage: ddpdbg import-fr DIR [--out OUT])");
+    if (!im.dir)
+        return usage_error(
+            "expected the folder holding the dumps (usage: ddpdbg import-fr DIR [--out OUT])");
     snprintf(im.out, sizeof im.out, "%s", out ? out : "");
     if (!out) snprintf(im.out, sizeof im.out, "%s/ddpdbg-trace", im.dir);
     int rc = run(&im);

@@ -12,24 +12,24 @@
 #define MAX_RANK 65535
 
 typedef struct Line {
-    char *s;     // the content after the prefix, NUL-terminated (in Scanner.buf)
+    char *s; // the content after the prefix, NUL-terminated (in Scanner.buf)
     int len;
-    int width;   // characters of the line as the log shows it, prefix and trailing spaces included
+    int width; // characters of the line as the log shows it, prefix and trailing spaces included
     bool trailing_space; // it ended in spaces (a fold there cut at a space, not in a word)
-    int rank;    // its stream's rank (-1: lines without a prefix before any prefixed one)
-    int boxes;   // the box count of the last Ultralytics progress line of its stream up to it
+    int rank;            // its stream's rank (-1: lines without a prefix before any prefixed one)
+    int boxes; // the box count of the last Ultralytics progress line of its stream up to it
 } Line;
 
 // One rank's lines joined ("text", T) and the same without spaces and line breaks (S).
 typedef struct Stream {
     int rank;
-    int *lines;        // indices into Scanner.lines
+    int *lines; // indices into Scanner.lines
     int n;
-    char *t;           // the lines joined by '\n'
-    int *t_line;       // per byte of t: its line (index into Scanner.lines)
+    char *t;     // the lines joined by '\n'
+    int *t_line; // per byte of t: its line (index into Scanner.lines)
     size_t t_len;
-    char *s;           // t without whitespace
-    size_t *s2t;       // per byte of s: its offset in t
+    char *s;     // t without whitespace
+    size_t *s2t; // per byte of s: its offset in t
     size_t s_len;
 } Stream;
 
@@ -43,12 +43,16 @@ typedef struct Scanner {
 } Scanner;
 
 const char *log_kind_name(LogKind kind) {
-    static const char *names[LOG_KIND_COUNT] = {
-        [LOG_UNFINISHED_REDUCTION] = "unfinished_reduction", [LOG_MARKED_TWICE] = "marked_twice",
-        [LOG_GRAPH_CHANGED] = "graph_changed",         [LOG_PARAM_COUNT] = "param_count",
-        [LOG_PARAM_SHAPE] = "param_shape",             [LOG_GLOO_TIMEOUT] = "gloo_timeout",
-        [LOG_PEER_CLOSED] = "peer_closed",             [LOG_NCCL_WATCHDOG] = "nccl_watchdog",
-        [LOG_MONITORED_BARRIER] = "monitored_barrier", [LOG_COLLECTIVES_DIFFER] = "collectives_differ"};
+    static const char *names[LOG_KIND_COUNT] = {[LOG_UNFINISHED_REDUCTION] = "unfinished_reduction",
+                                                [LOG_MARKED_TWICE] = "marked_twice",
+                                                [LOG_GRAPH_CHANGED] = "graph_changed",
+                                                [LOG_PARAM_COUNT] = "param_count",
+                                                [LOG_PARAM_SHAPE] = "param_shape",
+                                                [LOG_GLOO_TIMEOUT] = "gloo_timeout",
+                                                [LOG_PEER_CLOSED] = "peer_closed",
+                                                [LOG_NCCL_WATCHDOG] = "nccl_watchdog",
+                                                [LOG_MONITORED_BARRIER] = "monitored_barrier",
+                                                [LOG_COLLECTIVES_DIFFER] = "collectives_differ"};
     return kind >= 0 && kind < LOG_KIND_COUNT ? names[kind] : "?";
 }
 
@@ -114,7 +118,6 @@ static int clean(const char *b, const char *e, char *dst, int *width) {
     return n;
 }
 
-
 static Stream *stream_of(Scanner *sc, int rank) {
     for (int i = 0; i < sc->n_streams; i++)
         if (sc->streams[i].rank == rank) return &sc->streams[i];
@@ -150,7 +153,8 @@ static int progress_value(const char *s, int col) {
         if (!n) break;
         if (k == 0) { // epoch "E/N"
             const char *slash = memchr(p, '/', n);
-            if (!slash || slash == p || !isdigit((unsigned char)p[0]) || !isdigit((unsigned char)slash[1]))
+            if (!slash || slash == p || !isdigit((unsigned char)p[0]) ||
+                !isdigit((unsigned char)slash[1]))
                 return -1;
         }
         if (k == col) return isdigit((unsigned char)*p) ? atoi(p) : -1;
@@ -160,15 +164,16 @@ static int progress_value(const char *s, int col) {
     return -1;
 }
 
+// Notes a rank seen in a line prefix (sorted when the scan ends).
 static void add_prefix_rank(LogScan *o, int r) {
-    int at = 0;
-    while (at < o->n_prefix_ranks && o->prefix_ranks[at] < r)
-        at++;
-    if (at < o->n_prefix_ranks && o->prefix_ranks[at] == r) return;
+    for (int k = 0; k < o->n_prefix_ranks; k++)
+        if (o->prefix_ranks[k] == r) return;
     o->prefix_ranks = xrealloc(o->prefix_ranks, sizeof(int) * (size_t)(o->n_prefix_ranks + 1));
-    memmove(o->prefix_ranks + at + 1, o->prefix_ranks + at, sizeof(int) * (size_t)(o->n_prefix_ranks - at));
-    o->prefix_ranks[at] = r;
-    o->n_prefix_ranks++;
+    o->prefix_ranks[o->n_prefix_ranks++] = r;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
 static void split_lines(Scanner *sc, const char *text, size_t len) {
@@ -192,8 +197,12 @@ static void split_lines(Scanner *sc, const char *text, size_t len) {
         }
         if (sc->n_lines == cap) sc->lines = xrealloc(sc->lines, sizeof(Line) * (size_t)(cap *= 2));
         Line *l = &sc->lines[sc->n_lines];
-        *l = (Line){.s = (char *)content, .len = n - (int)(content - dst), .width = width,
-                    .trailing_space = utf8_width(dst) < width, .rank = rank, .boxes = -1};
+        *l = (Line){.s = (char *)content,
+                    .len = n - (int)(content - dst),
+                    .width = width,
+                    .trailing_space = utf8_width(dst) < width,
+                    .rank = rank,
+                    .boxes = -1};
         max_width = MAX(max_width, l->width);
         Stream *st = stream_of(sc, rank);
         int si = (int)(st - sc->streams);
@@ -212,6 +221,8 @@ static void split_lines(Scanner *sc, const char *text, size_t len) {
         b = e + 1;
     }
     free(col);
+    if (sc->out->n_prefix_ranks)
+        qsort(sc->out->prefix_ranks, (size_t)sc->out->n_prefix_ranks, sizeof(int), cmp_int);
     sc->out->n_lines = sc->n_lines;
     sc->out->ends_in_line = len > 0 && text[len - 1] != '\n';
     // A folded log: several lines exactly as wide as the widest.
@@ -396,7 +407,8 @@ static void read_indices(const Scanner *sc, const Stream *st, size_t at, LogList
         bool wrap_joins = false;
         if (c == '\n' && digits) { // a wrap inside the list, maybe inside a number
             const char *next = next_line(st, i);
-            if (next && next == st->t + i + 1 && isdigit((unsigned char)*next) && list_like(next, true)) {
+            if (next && next == st->t + i + 1 && isdigit((unsigned char)*next) &&
+                list_like(next, true)) {
                 int64_t first = atoll(next);
                 const Line *here = &sc->lines[st->t_line[i]];
                 bool folded = sc->out->fold_width && here->width == sc->out->fold_width &&
@@ -407,7 +419,8 @@ static void read_indices(const Scanner *sc, const Stream *st, size_t at, LogList
         }
         if (wrap_joins) continue;
         if (digits) {
-            if ((c == '\n' || c == '\0') && sc->out->ends_in_line && st->t_line[i - 1] == sc->n_lines - 1) {
+            if ((c == '\n' || c == '\0') && sc->out->ends_in_line &&
+                st->t_line[i - 1] == sc->n_lines - 1) {
                 l->cut = true; // the log stops in the middle of a number
                 snprintf(l->partial, sizeof l->partial, "%lld", (long long)cur);
                 return;
@@ -435,8 +448,14 @@ static LogError *new_error(Scanner *sc, const Stream *st, LogKind kind, size_t s
     LogScan *o = sc->out;
     o->errors = xrealloc(o->errors, sizeof(LogError) * (size_t)(o->n + 1));
     LogError *e = &o->errors[o->n++];
-    *e = (LogError){.kind = kind, .rank = st->rank, .count = 1, .other_rank = -1,
-                    .timeout_ms = -1, .ran_ms = -1, .last_enqueued = -1, .last_completed = -1};
+    *e = (LogError){.kind = kind,
+                    .rank = st->rank,
+                    .count = 1,
+                    .other_rank = -1,
+                    .timeout_ms = -1,
+                    .ran_ms = -1,
+                    .last_enqueued = -1,
+                    .last_completed = -1};
     e->line = line_of(st, s_at) + 1;
     // Its first sentence as printed: from the phrase to the first ". " or the line's end (a
     // line of the fold width goes on in the next).
@@ -472,7 +491,8 @@ static void unfinished(Scanner *sc, Stream *st, long at, size_t end) {
     static const char *NAMES = "Parameters which did not receive grad for rank";
     static const char *INDICES = "Parameter indices which did not receive grad for rank";
     LogError *e = new_error(sc, st, LOG_UNFINISHED_REDUCTION, (size_t)at);
-    size_t from = past(at, "Expected to have finished reduction in the prior iteration before starting a new one");
+    size_t from = past(
+        at, "Expected to have finished reduction in the prior iteration before starting a new one");
     size_t near = MIN(end, from + 800);
     if (find(st, from, near, "Since `find_unused_parameters=True` is enabled") >= 0)
         e->variant = VARIANT_FIND_UNUSED;
@@ -497,7 +517,8 @@ static void unfinished(Scanner *sc, Stream *st, long at, size_t end) {
         read_indices(sc, st, list_start(st, i), &e->indices);
     }
     e->debug_off_suffix =
-        find(st, from, end, "In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG") >= 0;
+        find(st, from, end,
+             "In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG") >= 0;
 }
 
 static void marked_twice(Scanner *sc, Stream *st, long at, size_t end) {
@@ -570,20 +591,23 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
     case LOG_GLOO_TIMEOUT:
         i = past(at, "Timed out waiting");
         e->a = number(st, &i);
-        snprintf(e->what, sizeof e->what, "%s", find(st, i, i + 8, "msforsend") >= 0 ? "send" : "recv");
+        snprintf(e->what, sizeof e->what, "%s",
+                 find(st, i, i + 8, "msforsend") >= 0 ? "send" : "recv");
         break;
     case LOG_PEER_CLOSED: { // "[127.0.0.1]:29500"
         i = past(at, "Connection closed by peer");
         size_t k = i;
         if (k < st->s_len && st->s[k] == '[') {
             k++;
-            while (k < st->s_len && (isxdigit((unsigned char)st->s[k]) || st->s[k] == '.' || st->s[k] == ':'))
+            while (k < st->s_len &&
+                   (isxdigit((unsigned char)st->s[k]) || st->s[k] == '.' || st->s[k] == ':'))
                 k++;
             if (k + 1 < st->s_len && st->s[k] == ']' && st->s[k + 1] == ':') {
                 k += 2;
                 while (k < st->s_len && isdigit((unsigned char)st->s[k]))
                     k++;
-                snprintf(e->what, sizeof e->what, "%.*s", (int)MIN(k - i, sizeof e->what - 1), st->s + i);
+                snprintf(e->what, sizeof e->what, "%.*s", (int)MIN(k - i, sizeof e->what - 1),
+                         st->s + i);
             }
         }
         break;
@@ -599,8 +623,10 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         e->b = number_after(st, (size_t)at, to, "NumelIn=");
         e->timeout_ms = number_after(st, (size_t)at, to, "Timeout(ms)=");
         e->ran_ms = number_after(st, (size_t)at, to, "ran for");
-        e->last_enqueued = number_after(st, (size_t)at, MIN(end, (size_t)at + 1200), "last enqueued NCCL work:");
-        e->last_completed = number_after(st, (size_t)at, MIN(end, (size_t)at + 1200), "last completed NCCL work:");
+        e->last_enqueued =
+            number_after(st, (size_t)at, MIN(end, (size_t)at + 1200), "last enqueued NCCL work:");
+        e->last_completed =
+            number_after(st, (size_t)at, MIN(end, (size_t)at + 1200), "last completed NCCL work:");
         long op = find(st, (size_t)at, to, "OpType=");
         for (size_t k = 0, j = op >= 0 ? past(op, "OpType=") : st->s_len;
              j < st->s_len && isalnum((unsigned char)st->s[j]) && k + 1 < sizeof e->what; j++, k++)
@@ -608,7 +634,8 @@ static void details(Scanner *sc, Stream *st, LogError *e, long at, size_t end) {
         break;
     }
     case LOG_MONITORED_BARRIER: {
-        int64_t r = number_after(st, (size_t)at, MIN(end, (size_t)at + 200), "waiting for send/recv from rank");
+        int64_t r = number_after(st, (size_t)at, MIN(end, (size_t)at + 200),
+                                 "waiting for send/recv from rank");
         e->other_rank = r >= 0 && r <= MAX_RANK ? (int)r : -1;
         break;
     }
@@ -623,7 +650,8 @@ typedef struct Phrase {
 } Phrase;
 
 static const Phrase PHRASES[] = {
-    {LOG_UNFINISHED_REDUCTION, "Expected to have finished reduction in the prior iteration before starting a new one"},
+    {LOG_UNFINISHED_REDUCTION,
+     "Expected to have finished reduction in the prior iteration before starting a new one"},
     {LOG_MARKED_TWICE, "Expected to mark a variable ready only once"},
     {LOG_GRAPH_CHANGED, "Your training graph has changed in this iteration"},
     {LOG_PARAM_COUNT, "DDP expects same model across all ranks, but Rank"},
@@ -665,9 +693,12 @@ static void scan_stream(Scanner *sc, Stream *st) {
             marked_twice(sc, st, (long)hits[h].at, end);
         } else {
             size_t i = past((long)hits[h].at, ph->text);
-            if (ph->kind == LOG_GLOO_TIMEOUT && (number(st, &i) < 0 || find(st, i, i + 2, "ms") < 0))
+            if (ph->kind == LOG_GLOO_TIMEOUT &&
+                (number(st, &i) < 0 || find(st, i, i + 2, "ms") < 0))
                 continue; // another timeout ("Timed out waiting for clients")
-            size_t start = ph->kind == LOG_PARAM_SHAPE ? (size_t)shape_start(st, (long)hits[h].at, true) : hits[h].at;
+            size_t start = ph->kind == LOG_PARAM_SHAPE
+                               ? (size_t)shape_start(st, (long)hits[h].at, true)
+                               : hits[h].at;
             LogError *e = new_error(sc, st, ph->kind, start);
             details(sc, st, e, (long)hits[h].at, end);
         }
@@ -692,20 +723,23 @@ static void context(Scanner *sc) {
         if (!strncmp(s, "find_unused_parameters: ", 24)) o->find_unused = atoi(s + 24) != 0;
         if (!strncmp(s, "torch_distributed_debug: ", 25))
             o->debug = !strcmp(s + 25, "DETAIL") ? 2 : !strcmp(s + 25, "INFO") ? 1 : 0;
-        if (!o->world && ((p = strstr(s, "--nproc_per_node")) || (p = strstr(s, "--nproc-per-node")))) {
+        if (!o->world &&
+            ((p = strstr(s, "--nproc_per_node")) || (p = strstr(s, "--nproc-per-node")))) {
             p += 16;
             while (*p == '=' || *p == ' ')
                 p++;
             o->world = MAX(0, MIN(atoi(p), MAX_RANK + 1));
             snprintf(o->world_from, sizeof o->world_from, "--nproc_per_node");
         }
-        if ((p = strstr(s, "] Parameter: ")) && strstr(p, " did not get gradient in backwards pass")) {
+        if ((p = strstr(s, "] Parameter: ")) &&
+            strstr(p, " did not get gradient in backwards pass")) {
             const char *r = strstr(s, "[Rank ");
             int rank = r && r < p ? atoi(r + 6) : sc->lines[i].rank;
             if (rank < 0 || rank > o->max_rank) continue;
             p += 13;
             size_t n = strcspn(p, " ");
-            o->info_names[rank] = xrealloc(o->info_names[rank], sizeof(char *) * (size_t)(o->n_info_names[rank] + 1));
+            o->info_names[rank] =
+                xrealloc(o->info_names[rank], sizeof(char *) * (size_t)(o->n_info_names[rank] + 1));
             char *name = xcalloc(n + 1, 1);
             memcpy(name, p, n);
             o->info_names[rank][o->n_info_names[rank]++] = name;

@@ -34,13 +34,13 @@ typedef enum LogKind {
     LOG_UNFINISHED_REDUCTION, // "Expected to have finished reduction in the prior iteration ..."
     LOG_MARKED_TWICE,         // "Expected to mark a variable ready only once. ..."
     LOG_GRAPH_CHANGED,        // "Your training graph has changed in this iteration, ..."
-    LOG_PARAM_COUNT,          // "DDP expects same model across all ranks, but Rank R has N params, ..."
-    LOG_PARAM_SHAPE,          // "[R]: params[P] in this process with sizes [..] appears not to match ..."
-    LOG_GLOO_TIMEOUT,         // "Timed out waiting Nms for recv operation to complete"
-    LOG_PEER_CLOSED,          // "Connection closed by peer [addr]:port"
-    LOG_NCCL_WATCHDOG,        // "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=...)"
-    LOG_MONITORED_BARRIER,    // "... monitoredBarrier ..." (TORCH_DISTRIBUTED_DEBUG=DETAIL)
-    LOG_COLLECTIVES_DIFFER,   // "Detected mismatch between collectives on ranks. ..." (DETAIL)
+    LOG_PARAM_COUNT,   // "DDP expects same model across all ranks, but Rank R has N params, ..."
+    LOG_PARAM_SHAPE,   // "[R]: params[P] in this process with sizes [..] appears not to match ..."
+    LOG_GLOO_TIMEOUT,  // "Timed out waiting Nms for recv operation to complete"
+    LOG_PEER_CLOSED,   // "Connection closed by peer [addr]:port"
+    LOG_NCCL_WATCHDOG, // "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=...)"
+    LOG_MONITORED_BARRIER,  // "... monitoredBarrier ..." (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    LOG_COLLECTIVES_DIFFER, // "Detected mismatch between collectives on ranks. ..." (DETAIL)
     LOG_KIND_COUNT
 } LogKind;
 
@@ -54,46 +54,46 @@ typedef enum LogVariant {
 
 // A list of parameters as the log prints it.
 typedef struct LogList {
-    bool present;   // the text has this list
-    char **names;   // names, as printed (unordered_map order), for the names list
+    bool present;    // the text has this list
+    char **names;    // names, as printed (unordered_map order), for the names list
     int64_t *values; // indices, as printed (ascending), for the indices list
     int n;
-    bool cut;       // it does not end as PyTorch ends it: the log was cut inside it
+    bool cut;          // it does not end as PyTorch ends it: the log was cut inside it
     char partial[128]; // the cut token ("model.28.dec_bbox"), "" when none
-    int line;       // where it starts (1-based line of the log)
+    int line;          // where it starts (1-based line of the log)
 } LogList;
 
 typedef struct LogError {
     LogKind kind;
-    int rank;         // the rank it happened on: the text's, else the line prefix's; -1 unknown
-    int line;         // the log's line where it starts (1-based)
-    int count;        // times the log holds it (the same error printed again counts once)
-    char first[256];  // its first sentence as printed, spaces squeezed
+    int rank;        // the rank it happened on: the text's, else the line prefix's; -1 unknown
+    int line;        // the log's line where it starts (1-based)
+    int count;       // times the log holds it (the same error printed again counts once)
+    char first[256]; // its first sentence as printed, spaces squeezed
     LogVariant variant;
     LogList names, indices; // the unfinished reduction's; marked twice: one of each, at most
     bool debug_off_suffix;  // "In addition, you can set ... TORCH_DISTRIBUTED_DEBUG ..."
-    int other_rank;   // the other rank the text names (count mismatch, monitored barrier), -1
-    int64_t a, b;     // count mismatch: this rank's and the other's counts; shape: the index;
-                      // NCCL: the sequence number and NumelIn; Gloo timeout: the ms
+    int other_rank;         // the other rank the text names (count mismatch, monitored barrier), -1
+    int64_t a, b;           // count mismatch: this rank's and the other's counts; shape: the index;
+                            // NCCL: the sequence number and NumelIn; Gloo timeout: the ms
     int64_t timeout_ms, ran_ms, last_enqueued, last_completed; // NCCL watchdog (-1: absent)
-    char what[96];    // shape: "[5, 8]"; NCCL: "ALLREDUCE"; peer closed: "[127.0.0.1]:29500";
-                      // Gloo timeout: "recv"
+    char what[96]; // shape: "[5, 8]"; NCCL: "ALLREDUCE"; peer closed: "[127.0.0.1]:29500";
+                   // Gloo timeout: "recv"
 } LogError;
 
 typedef struct LogScan {
     LogError *errors; // in the order the log first shows them
     int n;
     int n_lines;
-    int *prefix_ranks;  // the ranks of the [rankN]: prefixes seen, ascending
+    int *prefix_ranks; // the ranks of the [rankN]: prefixes seen, ascending
     int n_prefix_ranks;
-    int max_rank;       // highest rank seen in a prefix or an error (-1: none)
-    int world;          // from DDP's summary ("world_size: 2") or torchrun's --nproc_per_node; 0
+    int max_rank;        // highest rank seen in a prefix or an error (-1: none)
+    int world;           // from DDP's summary ("world_size: 2") or torchrun's --nproc_per_node; 0
     char world_from[24]; // "DDP's summary", "--nproc_per_node"
-    int n_params;       // DDP's summary "num_parameter_tensors: N"; 0 when absent
-    int debug;          // DDP's summary "torch_distributed_debug": 0 OFF, 1 INFO, 2 DETAIL; -1
-    int find_unused;    // DDP's summary find_unused_parameters: 0, 1; -1 absent
-    int fold_width;     // lines of exactly this width were folded (0: no fold seen)
-    bool ends_in_line;  // the log does not end with a line break
+    int n_params;        // DDP's summary "num_parameter_tensors: N"; 0 when absent
+    int debug;           // DDP's summary "torch_distributed_debug": 0 OFF, 1 INFO, 2 DETAIL; -1
+    int find_unused;     // DDP's summary find_unused_parameters: 0, 1; -1 absent
+    int fold_width;      // lines of exactly this width were folded (0: no fold seen)
+    bool ends_in_line;   // the log does not end with a line break
     // per rank (0..max_rank): the reducer's INFO lines "[Rank R] Parameter: NAME did not get
     // gradient in backwards pass." and the box count of the last Ultralytics progress line
     // before the rank's first error (-1: none)

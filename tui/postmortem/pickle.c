@@ -40,7 +40,8 @@ static int fail(Reader *r, const char *fmt, ...) {
 static PickleValue *new_value(Reader *r, PickleType type) {
     Pickle *p = r->p;
     if (p->n_all == p->cap_all)
-        p->all = xrealloc(p->all, sizeof(PickleValue *) * (size_t)(p->cap_all = p->cap_all ? 2 * p->cap_all : 64));
+        p->all = xrealloc(p->all, sizeof(PickleValue *) *
+                                      (size_t)(p->cap_all = p->cap_all ? 2 * p->cap_all : 64));
     PickleValue *v = xcalloc(1, sizeof *v);
     v->type = type;
     p->all[p->n_all++] = v;
@@ -49,7 +50,9 @@ static PickleValue *new_value(Reader *r, PickleType type) {
 
 static void push(Reader *r, PickleValue *v) {
     if (r->n_stack == r->cap_stack)
-        r->stack = xrealloc(r->stack, sizeof(PickleValue *) * (size_t)(r->cap_stack = r->cap_stack ? 2 * r->cap_stack : 64));
+        r->stack =
+            xrealloc(r->stack, sizeof(PickleValue *) *
+                                   (size_t)(r->cap_stack = r->cap_stack ? 2 * r->cap_stack : 64));
     r->stack[r->n_stack++] = v;
 }
 
@@ -77,7 +80,8 @@ static int mark_base(Reader *r, const char *op) {
 
 static void add_item(PickleValue *seq, PickleValue *item) {
     if (seq->n == seq->cap)
-        seq->items = xrealloc(seq->items, sizeof(PickleValue *) * (size_t)(seq->cap = seq->cap ? 2 * seq->cap : 8));
+        seq->items = xrealloc(seq->items, sizeof(PickleValue *) *
+                                              (size_t)(seq->cap = seq->cap ? 2 * seq->cap : 8));
     seq->items[seq->n++] = item;
 }
 
@@ -89,7 +93,8 @@ static int fill(Reader *r, PickleValue *into, int base, bool marked, const char 
         if (n % 2) return fail(r, "%s with an odd number of keys and values (%d)", op, n);
         for (int k = base; k < r->n_stack; k += 2) {
             if (r->stack[k]->type == PICKLE_LIST || r->stack[k]->type == PICKLE_DICT)
-                return fail(r, "%s: a %s is not a valid dict key", op, pickle_type_name(r->stack[k]->type));
+                return fail(r, "%s: a %s is not a valid dict key", op,
+                            pickle_type_name(r->stack[k]->type));
             add_item(into, r->stack[k]);
             add_item(into, r->stack[k + 1]);
         }
@@ -127,10 +132,13 @@ static int memo_put(Reader *r, uint64_t idx) {
     PickleValue *v = top(r, "a memo put");
     if (!v) return -1;
     // Picklers number the memo in order; a gap would make us keep sparse tables for nothing.
-    if (idx > r->n_memo) return fail(r, "memo index %llu skips ahead (next is %zu)", (unsigned long long)idx, r->n_memo);
+    if (idx > r->n_memo)
+        return fail(r, "memo index %llu skips ahead (next is %zu)", (unsigned long long)idx,
+                    r->n_memo);
     if (idx == r->n_memo) {
         if (r->n_memo == r->cap_memo)
-            r->memo = xrealloc(r->memo, sizeof(PickleValue *) * (r->cap_memo = r->cap_memo ? 2 * r->cap_memo : 64));
+            r->memo = xrealloc(r->memo, sizeof(PickleValue *) *
+                                            (r->cap_memo = r->cap_memo ? 2 * r->cap_memo : 64));
         r->n_memo++;
     }
     r->memo[idx] = v;
@@ -138,7 +146,8 @@ static int memo_put(Reader *r, uint64_t idx) {
 }
 
 static int memo_get(Reader *r, uint64_t idx) {
-    if (idx >= r->n_memo) return fail(r, "memo index %llu was never stored", (unsigned long long)idx);
+    if (idx >= r->n_memo)
+        return fail(r, "memo index %llu was never stored", (unsigned long long)idx);
     push(r, r->memo[idx]);
     return 0;
 }
@@ -166,27 +175,42 @@ static void integer(Reader *r, int64_t i) {
 // The opcodes that would run Python code: named in the error.
 static const char *code_opcode(uint8_t op) {
     switch (op) {
-    case 'c': return "GLOBAL";
-    case 0x93: return "STACK_GLOBAL";
-    case 'R': return "REDUCE";
-    case 'b': return "BUILD";
-    case 'i': return "INST";
-    case 'o': return "OBJ";
-    case 0x81: return "NEWOBJ";
-    case 0x92: return "NEWOBJ_EX";
-    case 'P': return "PERSID";
-    case 'Q': return "BINPERSID";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    default: return NULL;
+    case 'c':
+        return "GLOBAL";
+    case 0x93:
+        return "STACK_GLOBAL";
+    case 'R':
+        return "REDUCE";
+    case 'b':
+        return "BUILD";
+    case 'i':
+        return "INST";
+    case 'o':
+        return "OBJ";
+    case 0x81:
+        return "NEWOBJ";
+    case 0x92:
+        return "NEWOBJ_EX";
+    case 'P':
+        return "PERSID";
+    case 'Q':
+        return "BINPERSID";
+    case 0x82:
+        return "EXT1";
+    case 0x83:
+        return "EXT2";
+    case 0x84:
+        return "EXT4";
+    default:
+        return NULL;
     }
 }
 
 // One opcode; 1 at STOP, 0 to go on, -1 on error.
 static int step(Reader *r) {
     r->op_at = r->at;
-    if (r->at == r->len) return fail(r, "the pickle ends without its STOP opcode (a truncated file)");
+    if (r->at == r->len)
+        return fail(r, "the pickle ends without its STOP opcode (a truncated file)");
     const uint8_t *b = take(r, 1, "an opcode");
     if (!b) return -1;
     uint8_t op = *b;
@@ -195,7 +219,8 @@ static int step(Reader *r) {
     switch (op) {
     case 0x80: // PROTO
         if (!(b = take(r, 1, "PROTO"))) return -1;
-        if (*b < 2 || *b > 5) return fail(r, "pickle protocol %d; this reader reads protocols 2 to 5", *b);
+        if (*b < 2 || *b > 5)
+            return fail(r, "pickle protocol %d; this reader reads protocols 2 to 5", *b);
         return 0;
     case 0x95: // FRAME: a length hint
         return take(r, 8, "FRAME") ? 0 : -1;
@@ -275,8 +300,8 @@ static int step(Reader *r) {
     case ')': // EMPTY_TUPLE
         push(r, new_value(r, PICKLE_TUPLE));
         return 0;
-    case 'l': // LIST: MARK items LIST
-    case 'd': // DICT: MARK k v ... DICT
+    case 'l':   // LIST: MARK items LIST
+    case 'd':   // DICT: MARK k v ... DICT
     case 't': { // TUPLE: MARK items TUPLE
         const char *name = op == 'l' ? "LIST" : op == 'd' ? "DICT" : "TUPLE";
         if ((base = mark_base(r, name)) < 0) return -1;
@@ -291,13 +316,15 @@ static int step(Reader *r) {
         push(r, v);
         return 0;
     }
-    case 0x85: // TUPLE1
-    case 0x86: // TUPLE2
+    case 0x85:   // TUPLE1
+    case 0x86:   // TUPLE2
     case 0x87: { // TUPLE3
         int n = op - 0x84;
-        if (r->n_stack < n) return fail(r, "TUPLE%d needs %d values, the stack holds %d", n, n, r->n_stack);
+        if (r->n_stack < n)
+            return fail(r, "TUPLE%d needs %d values, the stack holds %d", n, n, r->n_stack);
         for (int k = r->n_stack - n; k < r->n_stack; k++)
-            if (!r->stack[k]) return fail(r, "TUPLE%d needs %d values, found a MARK among them", n, n);
+            if (!r->stack[k])
+                return fail(r, "TUPLE%d needs %d values, found a MARK among them", n, n);
         v = new_value(r, PICKLE_TUPLE);
         for (int k = r->n_stack - n; k < r->n_stack; k++)
             add_item(v, r->stack[k]);
@@ -308,15 +335,20 @@ static int step(Reader *r) {
     case 'a': // APPEND: list item
     case 's': // SETITEM: dict key value
         base = r->n_stack - (op == 'a' ? 1 : 2);
-        if (base < 1) return fail(r, "%s needs a %s below its item", op == 'a' ? "APPEND" : "SETITEM", op == 'a' ? "list" : "dict");
+        if (base < 1)
+            return fail(r, "%s needs a %s below its item", op == 'a' ? "APPEND" : "SETITEM",
+                        op == 'a' ? "list" : "dict");
         for (int k = base - 1; k < r->n_stack; k++)
-            if (!r->stack[k]) return fail(r, "%s found a MARK where it needs values", op == 'a' ? "APPEND" : "SETITEM");
+            if (!r->stack[k])
+                return fail(r, "%s found a MARK where it needs values",
+                            op == 'a' ? "APPEND" : "SETITEM");
         return fill(r, r->stack[base - 1], base, false, op == 'a' ? "APPEND" : "SETITEM");
-    case 'e': // APPENDS: list MARK items
+    case 'e':   // APPENDS: list MARK items
     case 'u': { // SETITEMS: dict MARK k v ...
         const char *name = op == 'e' ? "APPENDS" : "SETITEMS";
         if ((base = mark_base(r, name)) < 0) return -1;
-        if (base < 2 || !r->stack[base - 2]) return fail(r, "%s needs a %s below its MARK", name, op == 'e' ? "list" : "dict");
+        if (base < 2 || !r->stack[base - 2])
+            return fail(r, "%s needs a %s below its MARK", name, op == 'e' ? "list" : "dict");
         return fill(r, r->stack[base - 2], base, true, name);
     }
     case 'q': // BINPUT
@@ -341,7 +373,9 @@ static int step(Reader *r) {
                         "dump holds only dicts, lists, strings and numbers, and ddpdbg executes "
                         "nothing from a pickle",
                         op, code);
-        return fail(r, "opcode 0x%02x is not one Flight Recorder dumps use (not a dump, or a damaged one)", op);
+        return fail(
+            r, "opcode 0x%02x is not one Flight Recorder dumps use (not a dump, or a damaged one)",
+            op);
     }
     }
 }

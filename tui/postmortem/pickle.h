@@ -34,11 +34,11 @@ typedef enum PickleType {
 typedef struct PickleValue PickleValue;
 struct PickleValue {
     PickleType type;
-    bool b;          // PICKLE_BOOL
-    int64_t i;       // PICKLE_INT
-    double f;        // PICKLE_FLOAT
-    char *s;         // PICKLE_STR: NUL-terminated copy (a NUL inside ends it early)
-    size_t len;      // PICKLE_STR: bytes in the pickle
+    bool b;              // PICKLE_BOOL
+    int64_t i;           // PICKLE_INT
+    double f;            // PICKLE_FLOAT
+    char *s;             // PICKLE_STR: NUL-terminated copy (a NUL inside ends it early)
+    size_t len;          // PICKLE_STR: bytes in the pickle
     PickleValue **items; // LIST, TUPLE: the items; DICT: keys and values alternating
     int n;               // LIST, TUPLE: items; DICT: 2 x entries
     int cap;

@@ -28,7 +28,8 @@ int read_all(const char *path, size_t max, uint8_t **data, size_t *len, char *er
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (n > max) {
-            snprintf(err, errlen, "%s: more than %zu bytes; this reader takes up to %zu", name, max, max);
+            snprintf(err, errlen, "%s: more than %zu bytes; this reader takes up to %zu", name, max,
+                     max);
             goto fail;
         }
         if (got == 0) break;

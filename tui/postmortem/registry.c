@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernels/base.h"         // xrealloc, xstrdup
-#include "tui/launch/launch.h"    // launch_rank_program: the trainer next to bin/ddpdbg
+#include "kernels/base.h"      // xrealloc, xstrdup
+#include "tui/launch/launch.h" // launch_rank_program: the trainer next to bin/ddpdbg
 
 int registry_names(const char *model, char ***names, int *n, char *err, size_t errlen) {
     *names = NULL;
@@ -69,7 +69,8 @@ int registry_names(const char *model, char ***names, int *n, char *err, size_t e
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && total && *n > 0) return 0;
-    snprintf(err, errlen, "%s", first_other[0] ? first_other : "ddpdbg-train params printed no parameter");
+    snprintf(err, errlen, "%s",
+             first_other[0] ? first_other : "ddpdbg-train params printed no parameter");
     registry_free(*names, *n);
     *names = NULL;
     *n = 0;
