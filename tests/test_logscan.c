@@ -250,6 +250,20 @@ static void test_other_kinds(void) {
     log_scan_free(&s);
 }
 
+// DETAIL's fingerprint check (ProcessGroupWrapper), as modelscope/ms-swift#9443 quotes it.
+static void test_collectives_differ(void) {
+    LogScan s = scan("[rank1]:RuntimeError: Detected mismatch between collectives on ranks. Rank 1 "
+                     "is running collective: CollectiveFingerPrint(SequenceNumber=3104, "
+                     "OpType=ALLREDUCE, TensorShape=[195812480]), but Rank 0 is running collective: "
+                     "CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, "
+                     "TensorShape=[51123456]).Collectives differ in the following aspects: \t "
+                     "Tensor Tensor shapes: 195812480vs 51123456\n");
+    EXPECT(s.n == 1 && s.errors[0].kind == LOG_COLLECTIVES_DIFFER && s.errors[0].rank == 1 &&
+               !strcmp(s.errors[0].first, "Detected mismatch between collectives on ranks."),
+           "%d errors", s.n);
+    log_scan_free(&s);
+}
+
 // DDP's construction summary, torchrun's world size, the reducer's INFO lines, and the box
 // count of the Ultralytics progress line before the error.
 static void test_context(void) {
@@ -285,6 +299,7 @@ int main(void) {
     test_cut();
     test_noise();
     test_other_kinds();
+    test_collectives_differ();
     test_context();
     return expect_report();
 }

@@ -70,16 +70,23 @@ static bool model_fits(const LogScan *s, char **reg, int n_reg, const char *mode
     return true;
 }
 
-// Adds idx to p's parameters once (build_space sorts them when they are all in).
+// Adds idx to p's parameters (build_space sorts them and drops repeats when all are in).
 static void add_param(ErrorParams *p, int idx) {
-    for (int k = 0; k < p->n; k++)
-        if (p->params[k] == idx) return;
     p->params = xrealloc(p->params, sizeof(int) * (size_t)(p->n + 1));
     p->params[p->n++] = idx;
 }
 
 static int cmp_int(const void *a, const void *b) {
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static void sort_unique(ErrorParams *p) {
+    if (!p->n) return;
+    qsort(p->params, (size_t)p->n, sizeof(int), cmp_int);
+    int kept = 1;
+    for (int k = 1; k < p->n; k++)
+        if (p->params[k] != p->params[kept - 1]) p->params[kept++] = p->params[k];
+    p->n = kept;
 }
 
 // A name's index in the space, adding it when the space is the log's own names.
@@ -125,16 +132,17 @@ static void build_space(ExplainLog *log, char **reg, int n_reg) {
         if (reg && e->names.cut && e->names.partial[0] && // a cut name that is whole after all
             name_index(reg, n_reg, e->names.partial) >= 0)
             add_param(p, name_index(reg, n_reg, e->names.partial));
+        sort_unique(p);
         if (use_info(s, e) && (reg || names)) {
             int before = p->n;
             for (int k = 0; k < s->n_info_names[e->rank]; k++) {
                 int idx = space_index(log, s->info_names[e->rank][k], grow);
                 if (idx >= 0) add_param(p, idx);
             }
+            sort_unique(p);
             p->from_info = p->n > before;
             if (p->from_info) p->cut = false;
         }
-        if (p->n) qsort(p->params, (size_t)p->n, sizeof(int), cmp_int);
     }
 }
 

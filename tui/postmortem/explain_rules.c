@@ -38,6 +38,13 @@ static bool box_heads(const ExplainLog *log, const ErrorParams *p) {
     return names_like(log, p, "bbox_head") || names_like(log, p, "denoising_class_embed");
 }
 
+// The finding's texts from what was written: the causes NULL when there are none.
+static void finish(Finding *f, Str *ex, Str *ca, Str *fx) {
+    f->explanation = str_take(ex);
+    f->causes = ca && ca->s ? str_take(ca) : NULL;
+    f->fixes = str_take(fx);
+}
+
 static void take_params(Finding *f, const ErrorParams *p) {
     f->n_params = p->n;
     f->params = p->n ? xcalloc((size_t)p->n, sizeof(int)) : NULL;
@@ -227,9 +234,7 @@ static void unfinished(Diag *d, const ExplainLog *log, const LogError *e0, const
     fix_reach_loss(&fx, &log->m, p->params, p->n);
     if ((boxes || empty) && !all) fix_skip_empty_batches(&fx);
     if (!all && !stat && n_waiting) fix_static_graph(&fx, "on other ranks in the same iteration");
-    f->explanation = str_take(&ex);
-    f->causes = str_take(&ca);
-    f->fixes = str_take(&fx);
+    finish(f, &ex, &ca, &fx);
     free(waiting);
 }
 
@@ -275,9 +280,7 @@ static void marked_twice(Diag *d, const ExplainLog *log, const LogError *e, cons
                   "must never change.\n");
     str_addf(&fx, "find_unused_parameters=False when nothing is unused. Cost: none; it saves the "
                   "graph search.\n");
-    f->explanation = str_take(&ex);
-    f->causes = str_take(&ca);
-    f->fixes = str_take(&fx);
+    finish(f, &ex, &ca, &fx);
 }
 
 static void graph_changed(Diag *d, const LogError *e, const int *ranks, int n_ranks) {
@@ -304,9 +307,7 @@ static void graph_changed(Diag *d, const LogError *e, const int *ranks, int n_ra
                   "iteration.\n");
     str_addf(&fx, "Make the first iteration use every parameter (a batch that exercises every "
                   "head). Cost: none.\n");
-    f->explanation = str_take(&ex);
-    f->causes = str_take(&ca);
-    f->fixes = str_take(&fx);
+    finish(f, &ex, &ca, &fx);
 }
 
 static void construction(Diag *d, const ExplainLog *log, const LogError *e, const int *ranks,
@@ -347,9 +348,7 @@ static void construction(Diag *d, const ExplainLog *log, const LogError *e, cons
                       "set()), so the same index holds another parameter.\n");
     }
     fix_same_model(&fx);
-    f->explanation = str_take(&ex);
-    f->causes = str_take(&ca);
-    f->fixes = str_take(&fx);
+    finish(f, &ex, &ca, &fx);
 }
 
 static void collectives_differ(Diag *d, const LogError *e) {
@@ -367,8 +366,7 @@ static void collectives_differ(Diag *d, const LogError *e) {
              who, e->line, e->first);
     fix_same_model(&fx);
     fix_detail_check(&fx);
-    f->explanation = str_take(&ex);
-    f->fixes = str_take(&fx);
+    finish(f, &ex, NULL, &fx);
 }
 
 // ---- what follows on the other ranks ---------------------------------------------------------
@@ -463,9 +461,7 @@ static void consequence(Diag *d, const ExplainLog *log, const LogError *e, int n
         str_addf(&ca, "A rank slower than the timeout (data loading, another job on its GPU).\n");
         fix_detail_check(&fx);
     }
-    f->explanation = str_take(&ex);
-    f->causes = ca.s ? str_take(&ca) : NULL;
-    f->fixes = str_take(&fx);
+    finish(f, &ex, &ca, &fx);
 }
 
 // ---- the engine ------------------------------------------------------------------------------

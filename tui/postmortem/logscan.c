@@ -487,6 +487,20 @@ static size_t list_start(const Stream *st, size_t s_after_number) {
     return i < st->s_len ? st->s2t[i] : st->t_len;
 }
 
+// The list after "<phrase> R:" in [from, end) of S: its t offset in *at_list, its line in l,
+// the rank R into e. False when the phrase is not there.
+static bool list_after(const Stream *st, size_t from, size_t end, const char *phrase, LogError *e,
+                       LogList *l, size_t *at_list) {
+    long at = find(st, from, end, phrase);
+    if (at < 0) return false;
+    size_t i = past(at, phrase);
+    int r = rank_number(st, &i);
+    if (r >= 0) e->rank = r;
+    l->line = line_of(st, (size_t)at) + 1;
+    *at_list = list_start(st, i);
+    return true;
+}
+
 static void unfinished(Scanner *sc, Stream *st, long at, size_t end) {
     static const char *NAMES = "Parameters which did not receive grad for rank";
     static const char *INDICES = "Parameter indices which did not receive grad for rank";
@@ -500,22 +514,11 @@ static void unfinished(Scanner *sc, Stream *st, long at, size_t end) {
         e->variant = VARIANT_STATIC;
     else if (find(st, from, near, "(1) passing the keyword argument") >= 0)
         e->variant = VARIANT_OLD;
-    long n_at = find(st, from, end, NAMES);
-    if (n_at >= 0) {
-        size_t i = past(n_at, NAMES);
-        int r = rank_number(st, &i);
-        if (r >= 0) e->rank = r;
-        e->names.line = line_of(st, (size_t)n_at) + 1;
-        read_names(st, list_start(st, i), INDICES, &e->names);
-    }
-    long i_at = find(st, from, end, INDICES);
-    if (i_at >= 0) {
-        size_t i = past(i_at, INDICES);
-        int r = rank_number(st, &i);
-        if (r >= 0) e->rank = r;
-        e->indices.line = line_of(st, (size_t)i_at) + 1;
-        read_indices(sc, st, list_start(st, i), &e->indices);
-    }
+    size_t at_list;
+    if (list_after(st, from, end, NAMES, e, &e->names, &at_list))
+        read_names(st, at_list, INDICES, &e->names);
+    if (list_after(st, from, end, INDICES, e, &e->indices, &at_list))
+        read_indices(sc, st, at_list, &e->indices);
     e->debug_off_suffix =
         find(st, from, end,
              "In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG") >= 0;
