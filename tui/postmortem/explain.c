@@ -13,7 +13,7 @@
 #include "tui/postmortem/readall.h"
 #include "tui/postmortem/registry.h"
 
-#define MAX_LOG_BYTES ((size_t)256 << 20)
+#define MAX_LOG_BYTES ((size_t)128 << 20) // logscan keeps about 8 bytes per byte of log
 
 // ---- the parameter space -----------------------------------------------------------------------
 

@@ -26,10 +26,10 @@ typedef struct Stream {
     int *lines; // indices into Scanner.lines
     int n;
     char *t;     // the lines joined by '\n'
-    int *t_line; // per byte of t: its line (index into Scanner.lines)
+    uint32_t *t_start; // per line k of the stream: where it starts in t
     size_t t_len;
     char *s;     // t without whitespace
-    size_t *s2t; // per byte of s: its offset in t
+    uint32_t *s2t; // per byte of s: its offset in t (a log is under 4 GiB: explain's limit)
     size_t s_len;
 } Stream;
 
@@ -237,16 +237,16 @@ static void join_stream(Scanner *sc, Stream *st) {
     for (int k = 0; k < st->n; k++)
         total += (size_t)sc->lines[st->lines[k]].len + 1;
     st->t = xmalloc(total);
-    st->t_line = xcalloc(total, sizeof(int));
+    st->t_start = xcalloc((size_t)st->n + 1, sizeof(uint32_t));
     st->s = xmalloc(total);
-    st->s2t = xcalloc(total, sizeof(size_t));
+    st->s2t = xcalloc(total, sizeof(uint32_t));
     for (int k = 0; k < st->n; k++) {
         const Line *l = &sc->lines[st->lines[k]];
         for (int i = 0; i <= l->len; i++) {
             char c = i < l->len ? l->s[i] : '\n';
-            st->t_line[st->t_len] = st->lines[k];
+            if (i == 0) st->t_start[k] = (uint32_t)st->t_len;
             if (c != ' ' && c != '\n' && c != '\t') {
-                st->s2t[st->s_len] = st->t_len;
+                st->s2t[st->s_len] = (uint32_t)st->t_len;
                 st->s[st->s_len++] = c;
             }
             st->t[st->t_len++] = c;
@@ -310,8 +310,21 @@ static int64_t number_after(const Stream *st, size_t from, size_t to, const char
     return number(st, &i);
 }
 
+// The line (index into Scanner.lines) holding t offset t_off: a binary search of the starts.
+static int t_line(const Stream *st, size_t t_off) {
+    int lo = 0, hi = st->n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (st->t_start[mid] <= t_off)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return st->n ? st->lines[lo] : 0;
+}
+
 static int line_of(const Stream *st, size_t s_off) {
-    return st->t_line[st->s2t[MIN(s_off, st->s_len ? st->s_len - 1 : 0)]];
+    return t_line(st, st->s2t[MIN(s_off, st->s_len ? st->s_len - 1 : 0)]);
 }
 
 // ---- lists ---------------------------------------------------------------------------------
@@ -410,7 +423,7 @@ static void read_indices(const Scanner *sc, const Stream *st, size_t at, LogList
             if (next && next == st->t + i + 1 && isdigit((unsigned char)*next) &&
                 list_like(next, true)) {
                 int64_t first = atoll(next);
-                const Line *here = &sc->lines[st->t_line[i]];
+                const Line *here = &sc->lines[t_line(st, i)];
                 bool folded = sc->out->fold_width && here->width == sc->out->fold_width &&
                               !here->trailing_space;
                 int64_t prev = l->n ? l->values[l->n - 1] : -1;
@@ -420,7 +433,7 @@ static void read_indices(const Scanner *sc, const Stream *st, size_t at, LogList
         if (wrap_joins) continue;
         if (digits) {
             if ((c == '\n' || c == '\0') && sc->out->ends_in_line &&
-                st->t_line[i - 1] == sc->n_lines - 1) {
+                t_line(st, i - 1) == sc->n_lines - 1) {
                 l->cut = true; // the log stops in the middle of a number
                 snprintf(l->partial, sizeof l->partial, "%lld", (long long)cur);
                 return;
@@ -462,7 +475,7 @@ static LogError *new_error(Scanner *sc, const Stream *st, LogKind kind, size_t s
     size_t t0 = st->s2t[s_at], k = 0;
     for (size_t i = t0; i < st->t_len && k + 1 < sizeof e->first; i++) {
         if (st->t[i] == '\n') {
-            const Line *l = &sc->lines[st->t_line[i]];
+            const Line *l = &sc->lines[t_line(st, i)];
             if (!o->fold_width || l->width != o->fold_width) break;
             if (l->trailing_space && k + 1 < sizeof e->first) e->first[k++] = ' ';
             continue;
@@ -803,7 +816,7 @@ void log_scan(const char *text, size_t len, LogScan *out) {
         Stream *st = &sc.streams[i];
         free(st->lines);
         free(st->t);
-        free(st->t_line);
+        free(st->t_start);
         free(st->s);
         free(st->s2t);
     }
