@@ -76,7 +76,7 @@ has "first divergence at #12: rank 0 issued #12 (allreduce Float [300]), rank 1 
 # the other process group, chosen by its description
 run 0 import-fr $fr/mismatch --out "$tmp/barrier" --pg barrier_pg
 has "process group 1 (barrier_pg)"
-has "rank 1: 1 collectives, #1..#1; 12 entries of other process groups left out (--pg)"
+has "rank 1: 1 collective, #1..#1; 12 entries of other process groups left out (--pg)"
 run 0 report "$tmp/barrier"
 
 # --- missing_rank: ranks 0 and 1 wait in #12, rank 2 left no dump ------------------------------------

@@ -475,7 +475,8 @@ static int run(Import *im) {
                im->group_desc[0] ? im->group_desc : "no description", im->out);
         for (int i = 0; i < im->n; i++) {
             const RankDump *r = &im->ranks[i];
-            printf("  rank %d: %d collectives, #%lld..#%lld", r->rank, r->n_colls,
+            printf("  rank %d: %d %s, #%lld..#%lld", r->rank, r->n_colls,
+                   r->n_colls == 1 ? "collective" : "collectives",
                    r->n_colls ? (long long)r->colls[0]->collective_seq_id : 0LL,
                    r->n_colls ? (long long)r->colls[r->n_colls - 1]->collective_seq_id : 0LL);
             if (r->n_other_group)

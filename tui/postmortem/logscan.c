@@ -25,10 +25,10 @@ typedef struct Stream {
     int rank;
     int *lines; // indices into Scanner.lines
     int n;
-    char *t;     // the lines joined by '\n'
+    char *t;           // the lines joined by '\n'
     uint32_t *t_start; // per line k of the stream: where it starts in t
     size_t t_len;
-    char *s;     // t without whitespace
+    char *s;       // t without whitespace
     uint32_t *s2t; // per byte of s: its offset in t (a log is under 4 GiB: explain's limit)
     size_t s_len;
 } Stream;
