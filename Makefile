@@ -158,6 +158,9 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cc
 $(BUILD)/emu/backend_cuda.o: kernels/cuda/backend_cuda.c
 	@mkdir -p $(@D)
 	$(call Q,CC)$(CC) $(CPPFLAGS) -Itests/cuda_emu $(CFLAGS) -c $< -o $@
+# The post-mortem readers' tests: the pickle and Flight Recorder readers, the log scanner.
+$(BUILD)/tests/test_pickle: $(call obj,tui/postmortem/pickle.c tui/postmortem/flightrec.c tui/postmortem/readall.c)
+$(BUILD)/tests/test_logscan: $(call obj,tui/postmortem/logscan.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 
@@ -238,7 +241,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 20
 FUZZ_SEED    ?=
 FUZZ         := build/fuzz
-FUZZ_NAMES   := yaml labels fault trace ring
+FUZZ_NAMES   := yaml labels fault trace ring pickle log
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra \
                 -Wno-unused-parameter -I. -MMD -MP $(FUZZ_SAN)
@@ -248,6 +251,8 @@ fuzz_src_labels := trainer/data/labels.c
 fuzz_src_fault  := trainer/fault.c
 fuzz_src_trace  := $(fuzz_probe)
 fuzz_src_ring   := $(fuzz_probe)
+fuzz_src_pickle := tui/postmortem/pickle.c tui/postmortem/flightrec.c
+fuzz_src_log    := tui/postmortem/logscan.c
 fuzz_libs_yaml  := -lyaml -lm
 fuzz_libs_trace := -lsqlite3 -lpthread
 fuzz_libs_ring  := -lsqlite3 -lpthread
@@ -256,6 +261,8 @@ fuzz_max_len_labels := 4096
 fuzz_max_len_fault  := 512
 fuzz_max_len_trace  := 32768
 fuzz_max_len_ring   := 16384
+fuzz_max_len_pickle := 16384
+fuzz_max_len_log    := 16384
 # A few specs of every kind, the fault target's seeds.
 FUZZ_FAULT_SEEDS := nogt:rank=0,iter=1 unused:param=model.28.dec_score_head.*,rank=1 \
   skip_backward:rank=1,iter=1 uneven:rank=1,batches=2 no_sync:rank=0,iter=3 \
@@ -269,6 +276,12 @@ fuzz_dict_yaml   := $(FUZZ_NUMBERS) .inf -.inf .nan None True False nc [] {} &a 
   RepC3 AIFI ResNetLayer HGBlock HGStem DWConv Conv
 fuzz_dict_labels := $(FUZZ_NUMBERS) 0.5 1.0 -0 0x1p-1 1e-45
 fuzz_dict_fault  := $(FUZZ_NUMBERS) 1e6 rank= iter= batches= ms= mb= phase= param=
+fuzz_dict_pickle := version entries pg_config pg_status record_id collective_seq_id \
+  profiling_name time_created_ns state input_sizes process_group completed nccl:all_reduce 2.4
+fuzz_dict_log    := [rank0]: [rank1]: Parameters Parameter indices which did not receive grad \
+  for rank In addition, Expected to have finished reduction Connection closed by peer \
+  Timed out waiting ms for recv operation WorkNCCL(SeqNum= OpType= NumelIn= Timeout(ms)= \
+  monitoredBarrier params[ in this process with sizes Instances Epoch world_size: Parameter:
 fuzz_obj = $(patsubst %.c,$(FUZZ)/obj/%.o,$(patsubst $(FUZZ)/%,%,$(1)))
 FUZZ_BINS := $(patsubst %,$(FUZZ)/fuzz_%,$(FUZZ_NAMES))
 
@@ -303,6 +316,9 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	  [ -d tests/fixtures/fuzz/$$t ] && cp tests/fixtures/fuzz/$$t/* $(FUZZ)/seed/$$t/; done; \
 	cp trainer/models/*.yaml tests/fixtures/bad_yaml/*.yaml $(FUZZ)/seed/yaml/ && \
 	for f in $$(find tests/fixtures -name '*.txt'); do cp $$f $(FUZZ)/seed/labels/$$(echo $$f | tr / _); done && \
+	for f in tests/fixtures/postmortem/fr/*/*; do cp $$f $(FUZZ)/seed/pickle/$$(echo $$f | tr / _); done && \
+	for f in tests/fixtures/postmortem/logs/* tests/fixtures/postmortem/*.txt; do \
+	  head -c 16384 $$f >$(FUZZ)/seed/log/$$(echo $$f | tr / _); done && \
 	i=0; set -f; for s in $(FUZZ_FAULT_SEEDS); do i=$$((i+1)); printf '%s' "$$s" >$(FUZZ)/seed/fault/$$i; done; \
 	set +f; $(foreach t,$(FUZZ_NAMES),printf '%s\n' $(foreach w,$(fuzz_dict_$(t)),'"$(w)"') \
 	  >$(FUZZ)/seed/$(t).dict;) \
