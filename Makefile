@@ -13,10 +13,18 @@ LDLIBS   += -lyaml -lpng -ljpeg -lgloo -lsqlite3 -lm -lpthread -ldl
 # --- optional features: detected from files, printed once; force with CUDA=0|1, NCCL=0|1, CUPTI=0|1
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
-CUDA_FOUND = $(if $(NVCC),1,0)
-# No CUDA kernels exist yet: the build is CPU-only whatever is found, and says so.
-BUILD    ?= build/cpu
-BIN      ?= bin
+# CUDA=1: the CUDA backend (kernels/cuda/, cuBLAS) too, built into its own folder (build/cuda,
+# its binaries in build/cuda/bin) for Hopper (sm_90) plus PTX, which later GPUs compile at
+# start. The default stays the CPU build (build/cpu, bin/): CUDA=1 is asked for, never implied.
+CUDA     ?= 0
+ifeq ($(filter 0 1,$(CUDA)),)
+  $(error CUDA=$(CUDA): expected 0 or 1)
+endif
+ifeq ($(CUDA)$(NVCC),1)
+  $(error CUDA=1 but nvcc was not found (in PATH or $(CUDA_HOME)/bin); pass NVCC=/path/to/nvcc)
+endif
+BUILD    ?= build/$(if $(filter 1,$(CUDA)),cuda,cpu)
+BIN      ?= $(if $(filter 1,$(CUDA)),$(BUILD)/bin,bin)
 # NCCL, the process group's second backend (trainer/dist/comm_nccl.c): in when all of these
 # exist; without it comm_nccl.c compiles to a stub whose pg_new("nccl") says so.
 NCCL_FILES := $(CUDA_HOME)/include/nccl.h $(CUDA_HOME)/include/cuda_runtime.h \
@@ -57,6 +65,20 @@ ifeq ($(CUPTI),1)
     CPPFLAGS += -DDDPDBG_HAVE_CUPTI -I$(CUDA_HOME)/include
   LDLIBS   += -Wl,--as-needed -lcupti -Wl,--no-as-needed
 endif
+# The CUDA build: kernels/backend.c's registry (USE_CUDA), the table and test_parity see CUDA's
+# headers; every binary links cuBLAS and the runtime (--as-needed drops them where unused).
+# nvcc: -fmad=false keeps a*b+c two roundings, as the CPU's kernels round (tight parity);
+# -lineinfo maps compute-sanitizer's reports to source lines; warnings are errors.
+CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -O2 -g -lineinfo
+NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -fmad=false -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror -I. -MMD -MP
+ifeq ($(CUDA),1)
+  $(BUILD)/kernels/backend.o $(BUILD)/kernels/cuda/backend_cuda.o $(BUILD)/tests/test_parity.o: \
+    CPPFLAGS += -DUSE_CUDA -I$(CUDA_HOME)/include
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lcublas -lcudart \
+              -Wl,--no-as-needed
+endif
 # Switching NCCL or CUPTI in or out dates the objects it compiles differently back to 1970, so
 # they are rebuilt (removing them would not do: .SECONDARY). The settings are kept in
 # $(BUILD)/nccl.setting and $(BUILD)/cupti.setting.
@@ -66,7 +88,8 @@ $(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
 $(shell s=$(BUILD)/cupti.setting; [ "$$(cat $$s 2>/dev/null)" = $(CUPTI) ] || { \
   touch -c -d @0 $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o; \
   mkdir -p $(BUILD) && echo $(CUPTI) > $$s; })
-CONFIG_NVCC := $(if $(NVCC),found at $(NVCC) (no CUDA kernels yet: CPU build),not found: CPU build)
+CONFIG_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC): CUDA build,$(if $(NVCC),found at $(NVCC) (CPU \
+               build; CUDA=1 adds the CUDA backend),not found: CPU build))
 CONFIG_NCCL := $(if $(filter 1,$(NCCL)),in ($(CUDA_HOME)),out \
                ($(if $(NCCL_MISSING),no $(firstword $(NCCL_MISSING)),NCCL=0)))
 CONFIG_CUPTI := $(if $(filter 1,$(CUPTI)),in,out ($(if $(CUPTI_MISSING),no \
@@ -76,17 +99,21 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 # --- sources: one list per top-level folder ----------------------------------------------------
-KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c)
+KERNELS  := kernels/backend.c $(wildcard kernels/cpu/*.c) \
+            $(if $(filter 1,$(CUDA)),$(wildcard kernels/cuda/*.c kernels/cuda/*.cu))
 TRAINER  := $(filter-out trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c)) \
             $(wildcard trainer/dist/*.cc)
 PROBE    := $(wildcard probe/*.c)
-TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_%,$(wildcard tests/*.c))
+TESTLIB  := $(filter-out tests/test_% tests/bench_% tests/fuzz_% tests/parity%,$(wildcard tests/*.c))
 obj       = $(patsubst %,$(BUILD)/%.o,$(basename $(1)))
 MODELS   := $(sort $(wildcard trainer/models/*.yaml))
 LIBOBJ   := $(call obj,$(TRAINER) $(KERNELS) $(PROBE)) $(BUILD)/gen/models.o $(BUILD)/gen/schema.o
 # The trainer and kernels as one archive: a binary links only the objects it uses.
 LIB      := $(BUILD)/libddpdbg.a
-TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+# (The CUDA build runs the real kernels' parity, test_parity, not the emulation's: both tables
+# would define the same symbols.)
+TESTS    := $(filter-out $(if $(filter 1,$(CUDA)),$(BUILD)/tests/test_parity_emu), \
+              $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c)))
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
 TUI      := $(wildcard tui/*.c tui/*/*.c)
@@ -112,6 +139,28 @@ TUI_CORE := $(call obj,$(wildcard tui/model/*.c tui/diagnosis/*.c))
 $(BUILD)/tests/test_tracemodel $(BUILD)/tests/test_diagnose $(BUILD)/tests/bench_report: $(TUI_CORE)
 # ... and the model test the teaching mode's loader, on the example traces.
 $(BUILD)/tests/test_tracemodel: $(call obj,tui/teach/teach.c tui/teach/teach_load.c tui/views/facts.c)
+# The kernel parity tests link the parity harness and its case table.
+$(BUILD)/tests/test_parity $(BUILD)/tests/test_parity_harness $(BUILD)/tests/test_parity_emu: \
+  $(call obj,tests/parity.c tests/parity_cases.c)
+# The CUDA emulation (tests/cuda_emu/emu.h), in every build: kernels/cuda/*.cu compiled by the
+# host C++ compiler once their launches are rewritten (chevrons.pl), with stand-in CUDA and
+# cuBLAS headers; test_parity_emu runs the parity table against them.
+EMU_OBJ  := $(patsubst kernels/cuda/%.cu,$(BUILD)/emu/%.o,$(wildcard kernels/cuda/*.cu)) \
+            $(BUILD)/emu/backend_cuda.o $(BUILD)/tests/cuda_emu/emu.o
+$(BUILD)/tests/test_parity_emu: $(EMU_OBJ)
+$(BUILD)/emu/%.cc: kernels/cuda/%.cu tests/cuda_emu/chevrons.pl
+	@mkdir -p $(@D)
+	$(call Q,EMU)perl -0p tests/cuda_emu/chevrons.pl $< >$@
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cc
+	$(call Q,CXX)$(CXX) $(CPPFLAGS) -Itests/cuda_emu -include tests/cuda_emu/emu.h -DCUDA_THREADS=32 \
+	  $(OPT) -g $(SAN) \
+	  -std=c++17 -Wall -Wextra -Wno-unused-parameter -c $< -o $@
+$(BUILD)/emu/backend_cuda.o: kernels/cuda/backend_cuda.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(CC) $(CPPFLAGS) -Itests/cuda_emu $(CFLAGS) -c $< -o $@
+# The post-mortem readers' tests: the pickle and Flight Recorder readers, the log scanner.
+$(BUILD)/tests/test_pickle: $(call obj,tui/postmortem/pickle.c tui/postmortem/flightrec.c tui/postmortem/readall.c)
+$(BUILD)/tests/test_logscan: $(call obj,tui/postmortem/logscan.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 
@@ -192,7 +241,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 20
 FUZZ_SEED    ?=
 FUZZ         := build/fuzz
-FUZZ_NAMES   := yaml labels fault trace ring
+FUZZ_NAMES   := yaml labels fault trace ring pickle log
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -O1 -g -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -Wall -Wextra \
                 -Wno-unused-parameter -I. -MMD -MP $(FUZZ_SAN)
@@ -202,6 +251,8 @@ fuzz_src_labels := trainer/data/labels.c
 fuzz_src_fault  := trainer/fault.c
 fuzz_src_trace  := $(fuzz_probe)
 fuzz_src_ring   := $(fuzz_probe)
+fuzz_src_pickle := tui/postmortem/pickle.c tui/postmortem/flightrec.c
+fuzz_src_log    := tui/postmortem/logscan.c
 fuzz_libs_yaml  := -lyaml -lm
 fuzz_libs_trace := -lsqlite3 -lpthread
 fuzz_libs_ring  := -lsqlite3 -lpthread
@@ -210,6 +261,8 @@ fuzz_max_len_labels := 4096
 fuzz_max_len_fault  := 512
 fuzz_max_len_trace  := 32768
 fuzz_max_len_ring   := 16384
+fuzz_max_len_pickle := 16384
+fuzz_max_len_log    := 16384
 # A few specs of every kind, the fault target's seeds.
 FUZZ_FAULT_SEEDS := nogt:rank=0,iter=1 unused:param=model.28.dec_score_head.*,rank=1 \
   skip_backward:rank=1,iter=1 uneven:rank=1,batches=2 no_sync:rank=0,iter=3 \
@@ -223,6 +276,12 @@ fuzz_dict_yaml   := $(FUZZ_NUMBERS) .inf -.inf .nan None True False nc [] {} &a 
   RepC3 AIFI ResNetLayer HGBlock HGStem DWConv Conv
 fuzz_dict_labels := $(FUZZ_NUMBERS) 0.5 1.0 -0 0x1p-1 1e-45
 fuzz_dict_fault  := $(FUZZ_NUMBERS) 1e6 rank= iter= batches= ms= mb= phase= param=
+fuzz_dict_pickle := version entries pg_config pg_status record_id collective_seq_id \
+  profiling_name time_created_ns state input_sizes process_group completed nccl:all_reduce 2.4
+fuzz_dict_log    := [rank0]: [rank1]: Parameters Parameter indices which did not receive grad \
+  for rank In addition, Expected to have finished reduction Connection closed by peer \
+  Timed out waiting ms for recv operation WorkNCCL(SeqNum= OpType= NumelIn= Timeout(ms)= \
+  monitoredBarrier params[ in this process with sizes Instances Epoch world_size: Parameter:
 fuzz_obj = $(patsubst %.c,$(FUZZ)/obj/%.o,$(patsubst $(FUZZ)/%,%,$(1)))
 FUZZ_BINS := $(patsubst %,$(FUZZ)/fuzz_%,$(FUZZ_NAMES))
 
@@ -257,6 +316,9 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	  [ -d tests/fixtures/fuzz/$$t ] && cp tests/fixtures/fuzz/$$t/* $(FUZZ)/seed/$$t/; done; \
 	cp trainer/models/*.yaml tests/fixtures/bad_yaml/*.yaml $(FUZZ)/seed/yaml/ && \
 	for f in $$(find tests/fixtures -name '*.txt'); do cp $$f $(FUZZ)/seed/labels/$$(echo $$f | tr / _); done && \
+	for f in tests/fixtures/postmortem/fr/*/*; do cp $$f $(FUZZ)/seed/pickle/$$(echo $$f | tr / _); done && \
+	for f in tests/fixtures/postmortem/logs/* tests/fixtures/postmortem/*.txt; do \
+	  head -c 16384 $$f >$(FUZZ)/seed/log/$$(echo $$f | tr / _); done && \
 	i=0; set -f; for s in $(FUZZ_FAULT_SEEDS); do i=$$((i+1)); printf '%s' "$$s" >$(FUZZ)/seed/fault/$$i; done; \
 	set +f; $(foreach t,$(FUZZ_NAMES),printf '%s\n' $(foreach w,$(fuzz_dict_$(t)),'"$(w)"') \
 	  >$(FUZZ)/seed/$(t).dict;) \
@@ -275,6 +337,16 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 	    failed="$$failed $$t"; fi; }; \
 	$(foreach t,$(FUZZ_NAMES),run $(t) $(fuzz_max_len_$(t));) \
 	[ -z "$$failed" ] || { echo "fuzz: failed:$$failed" >&2; exit 1; }
+
+# The GPU machine's kit (tests/gpu/pack.sh): the CUDA build's binaries, the GPU tests and every
+# non-system shared library they load, in build/gpu-carry/kit.tar.xz (ignored; well under the
+# device tool's 64 MiB). tests/gpu/check.sh, run there, unpacks it. GPU_TESTS: the test
+# binaries it carries (test_NAME).
+GPU_TESTS ?= parity parity_harness comm_nccl probe_cupti
+.PHONY: gpu-carry
+gpu-carry:
+	$(MAKE) CUDA=1
+	bash tests/gpu/pack.sh build/cuda build/gpu-carry $(GPU_TESTS)
 
 # The soak (not part of make test: about 10 minutes on 2 cores): 4 traced ranks of rtdetr-tiny
 # for 2000 iterations; fails on any lost event or more than 5 % memory growth (tests/soak.sh).
@@ -297,9 +369,11 @@ help:
 	@echo 'make examples   record the example traces in traces/examples/ (2-rank rtdetr-tiny runs)'
 	@echo 'make fuzz       each libFuzzer target for FUZZ_SECONDS (default 20) under ASan+UBSan'
 	@echo 'make soak       4 ranks x 2000 traced iterations: no lost event, flat memory (minutes)'
+	@echo 'make CUDA=1     the CUDA build too (build/cuda, its binaries in build/cuda/bin)'
+	@echo 'make gpu-carry  the CUDA build packed for the GPU machine (tests/gpu/check.sh)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
-	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir'
+	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir CUDA=0|1 NCCL=0|1 CUPTI=0|1 CUDA_ARCH=...'
 
 $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
 	@mkdir -p $(@D)
@@ -324,6 +398,9 @@ endif
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(call Q,NVCC)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(@D)
 	$(call Q,CXX)$(CXX) $(CPPFLAGS) $(OPT) -g $(SAN) -std=c++17 -Wall -Wextra -c $< -o $@

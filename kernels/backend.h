@@ -234,9 +234,13 @@ typedef struct Backend {
     void (*maxpool2d_fwd)(KernelCtx *kc, float *out, int32_t *idx, const float *x,
                           int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
                           Pool2dParams p);
-    // dx[plane][idx] += dout. dx (n_planes,H,W), dout and idx (n_planes,OH,OW). ACCUMULATES.
+    // dx[plane][idx] += dout, in row-major output order where several windows share a maximum.
+    // dx (n_planes,H,W), dout and idx (n_planes,OH,OW); p: the forward's (a GPU kernel gathers
+    // each pixel's gradient from the windows that cover it, which idx alone does not tell).
+    // ACCUMULATES.
     void (*maxpool2d_bwd)(KernelCtx *kc, float *dx, const float *dout, const int32_t *idx,
-                          int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW);
+                          int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                          Pool2dParams p);
     // F.pad with zeros, all pads >= 0: out (n_planes, top+H+bottom, left+W+right),
     // x (n_planes,H,W).
     void (*pad2d_fwd)(KernelCtx *kc, float *out, const float *x, int64_t n_planes, int64_t H,

@@ -246,5 +246,12 @@ int probe_db_check(const char *path, char *err, size_t errlen);
 // opened, and checked, once for all of them. Returns 0, or -1 with one line in err.
 int probe_db_set_meta(const char *path, const char *const *keys, const char *const *values, int n,
                       char *err, size_t errlen);
+// Writes a new trace at path (replacing any file there), self-contained, from records made
+// elsewhere than in a rank (ddpdbg import-fr: PyTorch's Flight Recorder dumps): recs[i] with
+// its text texts[i] (NULL: none; the record's own text field is not read), stored as the
+// writer stores a ring's records (META also into table meta, PARAM into params, ...). seq must
+// ascend from 1. Returns 0, or -1 with one line in err.
+int probe_db_write(const char *path, const ProbeRecord *recs, const char *const *texts, size_t n,
+                   char *err, size_t errlen);
 
 #endif

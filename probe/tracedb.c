@@ -420,3 +420,16 @@ int probe_db_set_meta(const char *path, const char *const *keys, const char *con
     tracedb_close(db, true);
     return rc;
 }
+
+int probe_db_write(const char *path, const ProbeRecord *recs, const char *const *texts, size_t n,
+                   char *err, size_t errlen) {
+    TraceDb *db = tracedb_create(path, err, errlen);
+    if (!db) return -1;
+    int rc = tracedb_begin(db);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = tracedb_insert(db, &recs[i], texts[i], texts[i] ? strlen(texts[i]) : 0);
+    if (!rc) rc = tracedb_commit(db);
+    if (rc) snprintf(err, errlen, "%s", tracedb_error(db));
+    tracedb_close(db, rc == 0);
+    return rc;
+}

@@ -126,7 +126,7 @@ static void time_misc(const Backend *be, KernelCtx *kc, int which, double *fwd, 
         else if (which == 1) be->pad2d_fwd(kc, y, x, planes, H, H, 0, 1, 0, 1);
         else be->upsample_nearest2d_fwd(kc, y, x, planes, H, H, 2);
         double t1 = now_ms();
-        if (which == 0) be->maxpool2d_bwd(kc, dx, dy, idx, planes, H, H, OH, OH);
+        if (which == 0) be->maxpool2d_bwd(kc, dx, dy, idx, planes, H, H, OH, OH, pp);
         else if (which == 1) be->pad2d_bwd(kc, dx, dy, planes, H, H, 0, 1, 0, 1);
         else be->upsample_nearest2d_bwd(kc, dx, dy, planes, H, H, 2);
         double t2 = now_ms();

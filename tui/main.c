@@ -1,13 +1,17 @@
 /* main.c -- bin/ddpdbg, the command line: `ddpdbg COMMAND ...`: run (the launcher,
- * tui/launch/launch.h), tui (the viewer on a saved trace, tui/views/tui.h), report (the diagnosis as text or
- * JSON, tui/diagnosis/report.h), export (Chrome trace JSON, tui/diagnosis/export.h) and scenario (the failure
- * catalog, tui/teach/scenario.h). Bad usage is one line on
- * stderr and exit status 2; --help prints the usage. */
+ * tui/launch/launch.h), tui (the viewer on a saved trace, tui/views/tui.h), report (the diagnosis
+ * as text or JSON, tui/diagnosis/report.h), export (Chrome trace JSON, tui/diagnosis/export.h),
+ * scenario (the failure catalog, tui/teach/scenario.h), and the post-mortems of runs ddpdbg did not
+ * trace: explain (a pasted log, tui/postmortem/explain.h) and import-fr (Flight Recorder dumps,
+ * tui/postmortem/fr_import.h). Bad usage is one line on stderr and exit status 2; --help prints
+ * the usage. */
 #include <stdio.h>
 #include <string.h>
 
 #include "tui/diagnosis/export.h" // export_command
 #include "tui/launch/launch.h" // launch_run_command
+#include "tui/postmortem/explain.h"   // explain_command
+#include "tui/postmortem/fr_import.h" // import_fr_command
 #include "tui/diagnosis/report.h" // report_command
 #include "tui/teach/scenario.h" // scenario_command
 #include "tui/views/tui.h"    // tui_command
@@ -22,7 +26,11 @@ static void usage(FILE *f) {
                "                                healthy, 1 findings, 2 unreadable trace\n"
                "  export DIR --chrome FILE      the trace as Chrome trace JSON (Perfetto)\n"
                "  scenario list | run NAME      the failure catalog: each scenario runs the real\n"
-               "                                trainer with a fault and diagnoses its trace\n");
+               "                                trainer with a fault and diagnoses its trace\n"
+               "  explain FILE|- [--model M]    the DDP errors in a training log, explained as\n"
+               "          [--json]              report does (ddpdbg explain --help)\n"
+               "  import-fr DIR [--out OUT]     PyTorch's Flight Recorder dumps as ddpdbg traces\n"
+               "                                for report, tui and export\n");
 }
 
 int main(int argc, char **argv) {
@@ -40,10 +48,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return report_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return export_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "scenario")) return scenario_command(argc - 1, argv + 1);
-    fprintf(
-        stderr,
-        "ddpdbg: unknown command '%s' (expected run, tui, report, export or scenario; see ddpdbg "
-        "--help)\n",
-        cmd);
+    if (!strcmp(cmd, "explain")) return explain_command(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import-fr")) return import_fr_command(argc - 1, argv + 1);
+    fprintf(stderr,
+            "ddpdbg: unknown command '%s' (expected run, tui, report, export, scenario, explain or "
+            "import-fr; see ddpdbg --help)\n",
+            cmd);
     return 2;
 }

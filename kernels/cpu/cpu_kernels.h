@@ -125,7 +125,8 @@ void conv2d_bwd_cpu(KernelCtx *kc, float *dx, float *dw, float *dbias, const flo
 void maxpool2d_fwd_cpu(KernelCtx *kc, float *out, int32_t *idx, const float *x, int64_t n_planes,
                        int64_t H, int64_t W, int64_t OH, int64_t OW, Pool2dParams p);
 void maxpool2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, const int32_t *idx,
-                       int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW);
+                       int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                       Pool2dParams p);
 // ---- resample.c ----
 void pad2d_fwd_cpu(KernelCtx *kc, float *out, const float *x, int64_t n_planes, int64_t H,
                    int64_t W, int left, int right, int top, int bottom);

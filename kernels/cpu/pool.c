@@ -80,8 +80,10 @@ void maxpool2d_fwd_cpu(KernelCtx *kc, float *out, int32_t *idx, const float *x, 
 }
 
 // Planes in parallel: windows of one plane may share a maximum, so a plane is one thread's.
+// idx says where each gradient goes: the window geometry p is not needed here.
 void maxpool2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, const int32_t *idx,
-                       int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+                       int64_t n_planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                       Pool2dParams p) {
 #pragma omp parallel for num_threads(kc->n_threads) if (n_planes * OH * OW > (1 << 16))
     for (int64_t pl = 0; pl < n_planes; pl++) {
         float *dxp = dx + pl * H * W;

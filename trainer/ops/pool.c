@@ -5,9 +5,10 @@
 
 #include "kernels/base.h"
 
-// Saved for backward: the argmax offsets within each plane, (B,C,OH,OW).
+// Saved for backward: the argmax offsets within each plane, (B,C,OH,OW), and the window.
 typedef struct MaxPoolCtx {
     int32_t *idx;
+    Pool2dParams p;
 } MaxPoolCtx;
 
 // PyTorch's pooling_output_shape: with ceil_mode the last window may hang over the edge, but
@@ -24,7 +25,7 @@ static void maxpool2d_backward(Tape *t, Node *n) {
     const MaxPoolCtx *c = n->ctx;
     const Backend *be = backend_need(x->dev);
     be->maxpool2d_bwd(&t->kc, tape_grad(t, x), y->grad, c->idx, x->shape[0] * x->shape[1],
-                      x->shape[2], x->shape[3], y->shape[2], y->shape[3]);
+                      x->shape[2], x->shape[3], y->shape[2], y->shape[3], c->p);
 }
 
 static const OpInfo maxpool2d_info = {"maxpool2d", maxpool2d_backward};
@@ -57,6 +58,7 @@ Tensor *op_maxpool2d(Tape *t, Tensor *x, Pool2dParams p) {
     if (n) {
         MaxPoolCtx *c = tape_alloc(t, sizeof *c);
         c->idx = idx;
+        c->p = p;
         n->ctx = c;
     }
     return y;

@@ -322,8 +322,8 @@ static void rule_mismatch(Diag *d) {
             char names[256], a[96];
             ranks_text(names, sizeof names, who, n_who);
             coll_text(a, sizeof a, c);
-            str_addf(&lines, "%s%s: %s (iteration %lld)", n_kinds++ ? "; " : "", names, a,
-                     (long long)c->iter);
+            str_addf(&lines, "%s%s: %s", n_kinds++ ? "; " : "", names, a);
+            if (c->iter >= 0) str_addf(&lines, " (iteration %lld)", (long long)c->iter);
             if (f->iter < 0) f->iter = c->iter;
             if (f->bucket < 0 && c->bucket >= 0) f->bucket = c->bucket;
             free(who);
@@ -337,13 +337,18 @@ static void rule_mismatch(Diag *d) {
             "memory, and no DDP check sees it.\n",
             (long long)s - 1, (long long)s, lines.s ? lines.s : "");
         f->explanation = str_take(&ex);
-        f->fixes =
-            xstrdup("TORCH_DISTRIBUTED_DEBUG=DETAIL checks op and shapes across ranks before every "
-                    "collective and raises 'Collectives differ' at the first divergence instead of "
-                    "hanging. Cost: an extra collective per collective: for debugging only.\n");
+        Str fx = {0};
+        fix_detail_check(&fx);
+        f->fixes = str_take(&fx);
         free(lines.s);
         return;
     }
+}
+
+void fix_detail_check(Str *fx) {
+    str_addf(fx, "TORCH_DISTRIBUTED_DEBUG=DETAIL checks op and shapes across ranks before every "
+                 "collective and raises 'Collectives differ' at the first divergence instead of "
+                 "hanging. Cost: an extra collective per collective: for debugging only.\n");
 }
 
 // ---- rules: the hang record, the errors, a straggler, the trace itself ----------------------
@@ -354,10 +359,14 @@ static void rule_hang(Diag *d) {
         const ModelRank *mr = &m->ranks[r];
         if (!mr->present || !mr->hang) continue;
         Finding *f = add_finding(d, FINDING_HANG, SEVERITY_ERROR);
-        const char *text = mr->hang;
+        // The launcher's watchdog writes "hang: ...", ddpdbg import-fr "Flight Recorder: ..."
+        // (PyTorch's dumps, read after the run).
+        const char *text = mr->hang, *who = "the launcher's watchdog saw a hang";
         if (!strncmp(text, "hang: ", 6)) text += 6;
+        if (!strncmp(text, "Flight Recorder: ", 17))
+            text += 17, who = "PyTorch's Flight Recorder shows a hang";
         size_t first = strcspn(text, "\n");
-        set_title(f, "the launcher's watchdog saw a hang: %.*s", (int)MIN(first, 200), text);
+        set_title(f, "%s: %.*s", who, (int)MIN(first, 200), text);
         if (mr->hang_rank >= 0) add_rank(f, mr->hang_rank);
         f->iter = mr->hang_iter;
         if (mr->hang_rank >= 0 && mr->hang_rank < m->world)
@@ -519,6 +528,7 @@ void findings_free(Finding *f, int n) {
     for (int i = 0; i < n; i++) {
         free(f[i].explanation);
         free(f[i].fixes);
+        free(f[i].causes);
         free(f[i].ranks);
         free(f[i].params);
     }

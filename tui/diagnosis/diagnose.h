@@ -44,6 +44,8 @@ typedef struct Finding {
     char title[256];   // one line: "rank 0 never marked 25 parameters ready at iteration 1; ..."
     char *explanation; // what happened and why, in sentences; paragraphs separated by '\n'
     char *fixes;       // one fix per line, "<fix>: <what it does>. Cost: <cost>."; "" if none
+    char *causes;      // the likely causes, one per line, most likely first; NULL when the
+                       // evidence names the cause (a trace), set by the explain of a log
     int *ranks;        // the ranks it is about (at fault, or stuck), ascending
     int n_ranks;
     int64_t iter; // the iteration, -1: none

@@ -11,20 +11,55 @@
 #include "kernels/base.h"       // xcalloc, xstrdup, MIN, MAX
 #include "tui/diagnosis/diagnose_rules.h" // Diag, Str, the shared helpers
 
-// ---- the fixes, worded once ----------------------------------------------------------------
+// ---- the fixes, worded once (diagnose_rules.h; explain.c offers them for logs) -------------
 
-static void fix_find_unused(Str *fx, const Model *m, int n_missing) {
+void fix_find_unused(Str *fx, int n_missing, int n_params) {
+    char bitmap[64] = "", digits[16];
+    snprintf(digits, sizeof digits, "%d", n_params); // "an 18-", "an 8-", "an 11000-element"
+    size_t nd = strlen(digits);
+    bool an = digits[0] == '8' ||
+              ((nd % 3 == 2) && (!strncmp(digits, "11", 2) || !strncmp(digits, "18", 2)));
+    if (n_params > 0) snprintf(bitmap, sizeof bitmap, "%s %d-element", an ? "an" : "a", n_params);
     str_addf(
         fx,
         "find_unused_parameters=True: after every forward DDP searches the autograd graph from "
         "the outputs and marks what it cannot reach as ready, so the %d %s would be marked "
         "unused and their bucket would launch with zeros. Cost: one graph traversal per "
-        "iteration and one allreduce of a %d-element used-parameter bitmap; the buckets keep "
+        "iteration and one allreduce of %s used-parameter bitmap; the buckets keep "
         "their 1 MiB/25 MiB layout, no rebuild.\n",
-        n_missing, plural(n_missing, "parameter", "parameters"), m->n_params);
+        n_missing, plural(n_missing, "parameter", "parameters"),
+        n_params > 0 ? bitmap : "a one-element-per-parameter");
 }
 
-static void fix_reach_loss(Str *fx, const Model *m, const int *params, int n) {
+void fix_skip_empty_batches(Str *fx) {
+    str_addf(fx, "Skip empty batches on all ranks together: allreduce a has-boxes flag (MIN) "
+                 "before the forward and skip the step on every rank when any batch is empty. "
+                 "Cost: one 1-element allreduce per step, and the skipped batches.\n");
+}
+
+void fix_static_graph(Str *fx, const char *used_where) {
+    if (used_where) {
+        str_addf(fx,
+                 "static_graph=True is not a fix here: it needs the same parameters unused in "
+                 "every iteration on every rank, and these were used %s.\n",
+                 used_where);
+        return;
+    }
+    str_addf(fx, "static_graph=True: DDP records the unused set in the first iteration and marks "
+                 "those parameters ready itself from then on; allowed here because the same "
+                 "set is unused in every iteration recorded. Cost: none after the first "
+                 "iteration; the graph must then never change.\n");
+    str_addf(fx, "Freeze or remove them (requires_grad=False) if they are not meant to "
+                 "train: DDP leaves frozen parameters out of its buckets. Cost: none.\n");
+}
+
+void fix_same_model(Str *fx) {
+    str_addf(fx, "Give every rank the same model, the same DDP settings (bucket_cap_mb, "
+                 "find_unused_parameters, static_graph) and the same parameter registration order "
+                 "(never iterate a set() to build modules). Cost: none.\n");
+}
+
+void fix_reach_loss(Str *fx, const Model *m, const int *params, int n) {
     if (names_contain(m, params, n, "bbox_head"))
         str_addf(fx,
                  "Make every output reach the loss: add 0 * pred_bboxes.sum() (the decoder's box "
@@ -247,28 +282,14 @@ void rule_unused(Diag *d) {
             used_elsewhere |= any;
             every_iter &= !any;
         }
-        fix_find_unused(&fx, m, first_count);
+        fix_find_unused(&fx, first_count, m->n_params);
         fix_reach_loss(&fx, m, f->params, f->n_params);
-        if (some && batches_empty(m, miss, n_miss, i))
-            str_addf(&fx,
-                     "Skip empty batches on all ranks together: allreduce a has-boxes flag (MIN) "
-                     "before the forward and skip the step on every rank when any batch is empty. "
-                     "Cost: one 1-element allreduce per step, and the skipped batches.\n");
-        if (!some && every_iter && !used_elsewhere) {
-            str_addf(
-                &fx,
-                "static_graph=True: DDP records the unused set in the first iteration and marks "
-                "those parameters ready itself from then on; allowed here because the same "
-                "set is unused in every iteration recorded. Cost: none after the first "
-                "iteration; the graph must then never change.\n");
-            str_addf(&fx, "Freeze or remove them (requires_grad=False) if they are not meant to "
-                          "train: DDP leaves frozen parameters out of its buckets. Cost: none.\n");
-        } else if (some || used_elsewhere) {
-            str_addf(&fx,
-                     "static_graph=True is not a fix here: it needs the same parameters unused in "
-                     "every iteration on every rank, and these were used %s.\n",
-                     some ? "on other ranks in the same iteration" : "in other iterations");
-        }
+        if (some && batches_empty(m, miss, n_miss, i)) fix_skip_empty_batches(&fx);
+        if (!some && every_iter && !used_elsewhere)
+            fix_static_graph(&fx, NULL);
+        else if (some || used_elsewhere)
+            fix_static_graph(&fx,
+                             some ? "on other ranks in the same iteration" : "in other iterations");
         f->explanation = str_take(&ex);
         f->fixes = str_take(&fx);
         free(uni);
@@ -689,10 +710,7 @@ void rule_layouts(Diag *d) {
                     "The ranks' arguments differ: rank %d ran with %s=%s, rank %d with %s=%s.\n",
                     ref, keys[k], va[0] ? va : "(default)", r, keys[k], vb[0] ? vb : "(default)");
         }
-        str_addf(&fx,
-                 "Give every rank the same model, the same DDP settings (bucket_cap_mb, "
-                 "find_unused_parameters, static_graph) and the same parameter registration order "
-                 "(never iterate a set() to build modules). Cost: none.\n");
+        fix_same_model(&fx);
         str_addf(&fx,
                  "TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective's shapes across ranks and "
                  "raises instead of hanging. Cost: an extra collective per collective: for "

@@ -1,6 +1,8 @@
-/* diagnose_rules.h -- private to tui/diagnosis/diagnose.c and tui/diagnosis/diagnose_grad.c: the findings being
- * built, the text and model helpers the rules share, and the rules about gradients (which live
- * in diagnose_grad.c; the rules about the run's collectives, errors and ranks in diagnose.c). */
+/* diagnose_rules.h -- for tui/diagnosis/diagnose.c and tui/diagnosis/diagnose_grad.c: the findings
+ * being built, the text and model helpers the rules share, and the rules about gradients (which
+ * live in diagnose_grad.c; the rules about the run's collectives, errors and ranks in diagnose.c).
+ * The post-mortem of a pasted log (tui/postmortem/explain.c) builds its findings with the same
+ * helpers and offers the same fixes. */
 #ifndef TUI_DIAGNOSE_RULES_H
 #define TUI_DIAGNOSE_RULES_H
 
@@ -41,6 +43,18 @@ void add_rank(Finding *f, int rank);
 void set_params(Finding *f, const uint8_t *bits, int n_params);
 // The first finding of kind (about rank, unless rank < 0), or -1.
 int first_of(const Diag *d, FindingKind kind, int rank);
+
+// The fixes, each worded once: append one line "<fix>: <what it does>. Cost: <cost>.\n".
+// n_params 0: the model's parameter count is not known (a log).
+void fix_find_unused(Str *fx, int n_missing, int n_params);
+// "add 0 * pred_bboxes.sum() ..." when the parameters are box heads, else the general form.
+void fix_reach_loss(Str *fx, const Model *m, const int *params, int n);
+void fix_skip_empty_batches(Str *fx);
+// used_where NULL: static_graph=True (and freezing) as fixes; else why it is no fix ("on other
+// ranks in the same iteration").
+void fix_static_graph(Str *fx, const char *used_where);
+void fix_same_model(Str *fx);
+void fix_detail_check(Str *fx); // TORCH_DISTRIBUTED_DEBUG=DETAIL's collective checks
 
 // The gradient rules (diagnose_grad.c), in the order diagnose runs them.
 void rule_unused(Diag *d);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/base.h" // xcalloc, MAX
+#include "tui/model/paramgroup.h" // paramgroup_ints
 
 #define WIDTH 100
 
@@ -93,12 +94,15 @@ static void rank_line(FILE *out, const ModelRank *r) {
             ADD("dead at iteration %lld, %s: stopped without an error (%s)", (long long)iter,
                 phase_prose(r->phase), r->exit[0] ? r->exit : "its ring was drained");
             break;
-        case RANK_WAITING:
-            ADD("waiting at iteration %lld in collective #%lld", (long long)iter,
-                (long long)r->wait_seq);
+        case RANK_WAITING: // iteration -1: a trace without iterations (ddpdbg import-fr)
+            ADD("waiting");
+            if (iter >= 0) ADD(" at iteration %lld", (long long)iter);
+            ADD(" in collective #%lld", (long long)r->wait_seq);
             break;
         case RANK_RUNNING:
-            ADD("running at iteration %lld, %s", (long long)iter, phase_prose(r->phase));
+            ADD("running");
+            if (iter >= 0) ADD(" at iteration %lld", (long long)iter);
+            if (iter >= 0 || r->phase != 0) ADD(", %s", phase_prose(r->phase));
             break;
         }
         if (r->pending_seq && r->state != RANK_WAITING) {
@@ -117,8 +121,18 @@ static void rank_line(FILE *out, const ModelRank *r) {
     wrap(out, line, 4, "  ");
 }
 
+// The finding's parameters grouped by module; by index alone when the model has no names (the
+// explain of a log with TORCH_DISTRIBUTED_DEBUG=OFF and no --model).
 static void print_params(FILE *out, const Model *m, const Finding *f) {
     if (!f->n_params) return;
+    if (!m->param_names) {
+        char *ints = xcalloc((size_t)f->n_params * 12 + 8, 1);
+        paramgroup_ints(f->params, f->n_params, ints, f->n_params * 12 + 8);
+        fprintf(out, "    parameter indices (%d):\n", f->n_params);
+        wrap(out, ints, 8, "      ");
+        free(ints);
+        return;
+    }
     const char **names = xcalloc((size_t)f->n_params, sizeof(char *));
     for (int i = 0; i < f->n_params; i++)
         names[i] = f->params[i] < m->n_params ? m->param_names[f->params[i]] : "?";
@@ -129,6 +143,67 @@ static void print_params(FILE *out, const Model *m, const Finding *f) {
         fprintf(out, "      %s\n", lines[i]);
     group_lines_free(lines, n);
     free(names);
+}
+
+// Each line of text (one per '\n'), wrapped, the first after first and the rest indented.
+static void print_lines(FILE *out, const char *text, const char *first, int indent, bool numbered) {
+    int k = 0;
+    for (const char *p = text; *p; k++) {
+        size_t len = strcspn(p, "\n");
+        char *one = xcalloc(len + 1, 1), head[32];
+        memcpy(one, p, len);
+        snprintf(head, sizeof head, numbered ? "%s%d. " : "%s", first, k + 1);
+        wrap(out, one, indent, head);
+        free(one);
+        p += len + (p[len] == '\n');
+    }
+}
+
+void report_summary_line(FILE *out, const Finding *f, int n) {
+    int n_err = 0, n_warn = 0, n_info = 0;
+    for (int i = 0; i < n; i++) {
+        n_err += f[i].severity == SEVERITY_ERROR;
+        n_warn += f[i].severity == SEVERITY_WARNING;
+        n_info += f[i].severity == SEVERITY_INFO;
+    }
+    fprintf(out, "%d %s: %d %s, %d %s, %d %s\n", n, n == 1 ? "finding" : "findings", n_err,
+            n_err == 1 ? "error" : "errors", n_warn, n_warn == 1 ? "warning" : "warnings", n_info,
+            n_info == 1 ? "note" : "notes");
+}
+
+void report_finding_text(FILE *out, const Model *m, const Finding *f, int i) {
+    const Finding *g = &f[i];
+    char head[320];
+    snprintf(head, sizeof head, "[%d] %s: ", i + 1, finding_severity_name(g->severity));
+    fputc('\n', out);
+    char title[600];
+    snprintf(title, sizeof title, "%s%s", head, g->title);
+    wrap(out, title, 4, "");
+    char where[512] = "";
+    size_t at = 0;
+#define ADD(...)                                                                                   \
+    (at += at < sizeof where ? (size_t)snprintf(where + at, sizeof where - at, __VA_ARGS__) : 0)
+    if (g->n_ranks) {
+        ADD("%s ", g->n_ranks == 1 ? "rank" : "ranks");
+        for (int k = 0; k < g->n_ranks; k++)
+            ADD("%s%d", k ? ", " : "", g->ranks[k]);
+    }
+    if (g->iter >= 0) ADD("%siteration %lld", at ? "; " : "", (long long)g->iter);
+    if (g->bucket >= 0) ADD("%sbucket %d", at ? "; " : "", g->bucket);
+    if (g->seq > 0) ADD("%scollective #%lld", at ? "; " : "", (long long)g->seq);
+    if (g->cause >= 0) ADD("%sfollows from [%d]", at ? "; " : "", g->cause + 1);
+#undef ADD
+    if (at) wrap(out, where, 4, NULL);
+    if (g->explanation && *g->explanation) wrap(out, g->explanation, 4, NULL);
+    if (g->causes && *g->causes) {
+        fprintf(out, "    likely causes, most likely first:\n");
+        print_lines(out, g->causes, "      ", 9, true);
+    }
+    print_params(out, m, g);
+    if (g->fixes && *g->fixes) {
+        fprintf(out, "    fixes:\n");
+        print_lines(out, g->fixes, "      - ", 8, false);
+    }
 }
 
 void report_text(FILE *out, const Model *m, const Finding *f, int n) {
@@ -144,61 +219,18 @@ void report_text(FILE *out, const Model *m, const Finding *f, int n) {
         fprintf(out, "no iteration recorded\n");
     for (int r = 0; r < m->world; r++)
         rank_line(out, &m->ranks[r]);
-    int n_err = 0, n_warn = 0, n_info = 0;
-    for (int i = 0; i < n; i++) {
-        n_err += f[i].severity == SEVERITY_ERROR;
-        n_warn += f[i].severity == SEVERITY_WARNING;
-        n_info += f[i].severity == SEVERITY_INFO;
-    }
     fputc('\n', out);
-    if (n_err + n_warn == 0) {
+    if (findings_max_severity(f, n) < SEVERITY_WARNING) {
         char line[256];
         snprintf(line, sizeof line,
                  "no problems found: every rank's parameters got their gradients and the ranks "
                  "issued the same %lld collectives%s",
-                 (long long)max_seq, n_info ? "; notes:" : "");
+                 (long long)max_seq, n ? "; notes:" : "");
         wrap(out, line, 2, "");
     } else
-        fprintf(out, "%d %s: %d %s, %d %s, %d %s\n", n, n == 1 ? "finding" : "findings", n_err,
-                n_err == 1 ? "error" : "errors", n_warn, n_warn == 1 ? "warning" : "warnings",
-                n_info, n_info == 1 ? "note" : "notes");
-    for (int i = 0; i < n; i++) {
-        const Finding *g = &f[i];
-        char head[320];
-        snprintf(head, sizeof head, "[%d] %s: ", i + 1, finding_severity_name(g->severity));
-        fputc('\n', out);
-        char title[600];
-        snprintf(title, sizeof title, "%s%s", head, g->title);
-        wrap(out, title, 4, "");
-        char where[512] = "";
-        size_t at = 0;
-#define ADD(...)                                                                                   \
-    (at += at < sizeof where ? (size_t)snprintf(where + at, sizeof where - at, __VA_ARGS__) : 0)
-        if (g->n_ranks) {
-            ADD("%s ", g->n_ranks == 1 ? "rank" : "ranks");
-            for (int k = 0; k < g->n_ranks; k++)
-                ADD("%s%d", k ? ", " : "", g->ranks[k]);
-        }
-        if (g->iter >= 0) ADD("%siteration %lld", at ? "; " : "", (long long)g->iter);
-        if (g->bucket >= 0) ADD("%sbucket %d", at ? "; " : "", g->bucket);
-        if (g->seq > 0) ADD("%scollective #%lld", at ? "; " : "", (long long)g->seq);
-        if (g->cause >= 0) ADD("%sfollows from [%d]", at ? "; " : "", g->cause + 1);
-#undef ADD
-        if (at) wrap(out, where, 4, NULL);
-        if (g->explanation && *g->explanation) wrap(out, g->explanation, 4, NULL);
-        print_params(out, m, g);
-        if (g->fixes && *g->fixes) {
-            fprintf(out, "    fixes:\n");
-            for (const char *p = g->fixes; *p;) {
-                size_t len = strcspn(p, "\n");
-                char *one = xcalloc(len + 1, 1);
-                memcpy(one, p, len);
-                wrap(out, one, 8, "      - ");
-                free(one);
-                p += len + (p[len] == '\n');
-            }
-        }
-    }
+        report_summary_line(out, f, n);
+    for (int i = 0; i < n; i++)
+        report_finding_text(out, m, f, i);
 }
 
 // ---- JSON ----------------------------------------------------------------------------------
@@ -269,7 +301,29 @@ void report_json(FILE *out, const Model *m, const Finding *f, int n) {
         json_string(out, mr->error);
         fprintf(out, "}");
     }
-    fprintf(out, "\n  ],\n  \"findings\": [");
+    fprintf(out, "\n  ],\n  \"findings\": ");
+    report_json_findings(out, m, f, n);
+    fprintf(out, "\n}\n");
+}
+
+// Each line of text as a JSON string, in an array.
+static void json_lines(FILE *out, const char *text) {
+    fputc('[', out);
+    int k = 0;
+    for (const char *p = text ? text : ""; *p; k++) {
+        size_t len = strcspn(p, "\n");
+        char *one = xcalloc(len + 1, 1);
+        memcpy(one, p, len);
+        fprintf(out, "%s", k ? ", " : "");
+        json_string(out, one);
+        free(one);
+        p += len + (p[len] == '\n');
+    }
+    fputc(']', out);
+}
+
+void report_json_findings(FILE *out, const Model *m, const Finding *f, int n) {
+    fprintf(out, "[");
     for (int i = 0; i < n; i++) {
         const Finding *g = &f[i];
         fprintf(out, "%s\n    {\"id\": %d, \"kind\": \"%s\", \"severity\": \"%s\", \"title\": ",
@@ -289,15 +343,16 @@ void report_json(FILE *out, const Model *m, const Finding *f, int n) {
         for (int k = 0; k < g->n_params; k++)
             fprintf(out, "%s%d", k ? ", " : "", g->params[k]);
         fprintf(out, "],\n     \"parameter_names\": [");
-        const char **names = g->n_params ? xcalloc((size_t)g->n_params, sizeof(char *)) : NULL;
-        for (int k = 0; k < g->n_params; k++) {
+        int n_named = m->param_names ? g->n_params : 0; // none when only indices are known
+        const char **names = n_named ? xcalloc((size_t)n_named, sizeof(char *)) : NULL;
+        for (int k = 0; k < n_named; k++) {
             names[k] = g->params[k] < m->n_params ? m->param_names[g->params[k]] : "?";
             fprintf(out, "%s", k ? ", " : "");
             json_string(out, names[k]);
         }
         fprintf(out, "],\n     \"parameter_groups\": [");
         char **lines;
-        int n_lines = group_param_names(names, g->n_params, &lines);
+        int n_lines = group_param_names(names, n_named, &lines);
         for (int k = 0; k < n_lines; k++) {
             fprintf(out, "%s", k ? ", " : "");
             json_string(out, lines[k]);
@@ -306,22 +361,17 @@ void report_json(FILE *out, const Model *m, const Finding *f, int n) {
         free(names);
         fprintf(out, "],\n     \"explanation\": ");
         json_string(out, g->explanation);
-        fprintf(out, ",\n     \"fixes\": [");
-        int k = 0;
-        for (const char *p = g->fixes ? g->fixes : ""; *p; k++) {
-            size_t len = strcspn(p, "\n");
-            char *one = xcalloc(len + 1, 1);
-            memcpy(one, p, len);
-            fprintf(out, "%s", k ? ", " : "");
-            json_string(out, one);
-            free(one);
-            p += len + (p[len] == '\n');
+        fprintf(out, ",\n     \"fixes\": ");
+        json_lines(out, g->fixes);
+        if (g->causes) {
+            fprintf(out, ",\n     \"causes\": ");
+            json_lines(out, g->causes);
         }
-        fprintf(out, "],\n     \"follows_from\": ");
+        fprintf(out, ",\n     \"follows_from\": ");
         json_int_or_null(out, g->cause + 1, g->cause >= 0);
         fprintf(out, "}");
     }
-    fprintf(out, "\n  ]\n}\n");
+    fprintf(out, "\n  ]");
 }
 
 // ---- the command ---------------------------------------------------------------------------

@@ -47,4 +47,13 @@ void report_json(FILE *out, const Model *m, const Finding *f, int n);
 // Writes s as a JSON string literal (quotes included); NULL writes null. Shared with export.c.
 void json_string(FILE *out, const char *s);
 
+// The parts of the report, shared with the explain of a log (tui/postmortem/explain.c), whose
+// Model holds only parameter names (param_names NULL: indices alone, printed as such):
+// "2 findings: 2 errors, 0 warnings, 0 notes"; finding i as report_text prints it (a blank
+// line first; its likely causes when it has them); the JSON array of the findings as
+// report_json writes it (with "causes" when a finding has them).
+void report_summary_line(FILE *out, const Finding *f, int n);
+void report_finding_text(FILE *out, const Model *m, const Finding *f, int i);
+void report_json_findings(FILE *out, const Model *m, const Finding *f, int n);
+
 #endif
