@@ -125,8 +125,10 @@ print(v)' "$1" "$2"
 }
 positive() { $py -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$1"; }
 small="--model rtdetr-tiny --imgsz 96 --batch 2 --threads 1 --steps 2 --warmup 1"
-$bench $small --boxes 3 >"$tmp/plain.txt" 2>&1
+$bench $small --boxes 3 --bench >"$tmp/plain.txt" 2>&1
 check "plain run: two timed steps" test "$(grep -c '^step ' "$tmp/plain.txt")" -eq 2
+check "plain run: a result: line for tests/gpu/check.sh" \
+    grep -q '^result: rtdetr-tiny 96 px batch 2 on cpu, torch .*: median .* s a step' "$tmp/plain.txt"
 check "plain run: a median step time" positive "$(json "$tmp/plain.txt" step_s.median)"
 check "plain run: a peak RSS" positive "$(json "$tmp/plain.txt" peak_rss_mb)"
 check "plain run: forward, backward, optimizer split" positive "$(json "$tmp/plain.txt" optimizer_s.median)"

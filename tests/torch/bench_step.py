@@ -10,15 +10,17 @@ A step is Ultralytics' (8.1.34 BaseTrainer._do_train): forward with the loss, ba
 every --accumulate steps its optimizer_step: clip_grad_norm_(10), AdamW over its three
 parameter groups (biases, decayed weights, norm weights without decay; optimizer=auto's
 lr = round(0.002 * 5 / (4 + nc), 6), betas (0.9, 0.999), weight decay 5e-4 x batch x
-accumulate / 64), zero_grad(set_to_none) and the ModelEMA update. fp32 throughout (no AMP),
-no warmup schedule (the lr is constant), no augmentation.
+accumulate / 64), zero_grad(set_to_none) and the ModelEMA update. fp32 throughout (no AMP;
+on CUDA TF32 is off for matmuls and convolutions unless --tf32), no warmup schedule (the lr is
+constant), no augmentation.
 
 Batches: --data reads one of our synth datasets (or any YOLO-layout data.yaml with train:
 images/... and labels/...): its train images in a seeded shuffled order, stretched to imgsz
 (PIL), nc from the yaml. Otherwise random images with --boxes boxes each (random classes,
 centres in [0.2, 0.8], sizes in [0.05, 0.3]), a new draw every step.
 
-Output: one line per step (its time and the forward / backward / optimizer split), then
+Output: one line per step (its time and the forward / backward / optimizer split), a
+"result:" line (the median step and the peak memory, for tests/gpu/check.sh's summary), then
 one JSON line: median and p90 of the step and of each part over the timed steps (not the
 warmup), peak RSS, on CUDA the peak allocated memory, the torch version and the matcher.
 --profile times one more step under torch.profiler and prints the time per op family (conv,
@@ -72,6 +74,10 @@ def parse_args(argv=None):
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel (see above)")
     p.add_argument("--nproc", type=int, help="with --ddp: start this many local ranks")
     p.add_argument("--find-unused-parameters", action="store_true", help="DDP's setting")
+    p.add_argument("--bench", action="store_true",
+                   help="the timed steps: the default mode, named for scripts (tests/gpu/check.sh)")
+    p.add_argument("--tf32", action="store_true",
+                   help="CUDA: let matmuls and convolutions use TF32 (off: fp32 throughout, as ours)")
     p.add_argument("--params", action="store_true",
                    help="print the parameter listing as `ddpdbg-train params` does, and exit")
     a = p.parse_args(argv)
@@ -86,6 +92,8 @@ def parse_args(argv=None):
         p.error("--device cuda: torch %s sees no CUDA device" % torch.__version__)
     if a.nproc is not None and not a.ddp:
         p.error("--nproc needs --ddp")
+    if a.bench and (a.count_flops or a.params):
+        p.error("--bench times steps; --count-flops and --params do not")
     return a
 
 
@@ -314,6 +322,9 @@ def main(argv=None):
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo",
                                 timeout=datetime.timedelta(seconds=600))
     torch.manual_seed(a.seed + rank)
+    if device.type == "cuda":  # torch's defaults differ: matmul fp32, cuDNN convolutions TF32
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
 
     if a.data:
         batches = DatasetBatches(a.data, a.batch, a.imgsz, a.seed, rank, world)
@@ -362,6 +373,7 @@ def main(argv=None):
     result = {"model": a.model, "imgsz": a.imgsz, "batch": a.batch, "world": world,
               "threads": a.threads, "device": str(device), "torch": torch.__version__,
               "steps": a.steps, "accumulate": a.accumulate, "matcher": rtdetr_loss.MATCHER,
+              "tf32": bool(a.tf32 and device.type == "cuda"),
               "batches": a.data or "random, %d boxes per image" % a.boxes,
               "step_s": quantiles([p[0] for p in parts]),
               "forward_s": quantiles([p[1] for p in parts]),
@@ -381,6 +393,11 @@ def main(argv=None):
                                    model, device)
         if rank == 0:
             flops.print_table(table, result)
+    memory = ("peak %.0f MiB allocated on the GPU" % result["peak_cuda_allocated_mb"]
+              if device.type == "cuda" else "peak RSS %.0f MB" % result["peak_rss_mb"])
+    say("result: %s %d px batch %d%s on %s, torch %s: median %.3f s a step (p90 %.3f), %s" % (
+        a.model, a.imgsz, a.batch, " x %d ranks" % world if world > 1 else "", device,
+        torch.__version__, result["step_s"]["median"], result["step_s"]["p90"], memory))
     say(json.dumps(result), flush=True)
     if a.ddp:
         import torch.distributed as dist
