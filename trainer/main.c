@@ -1,12 +1,14 @@
 /* main.c -- bin/ddpdbg-train, the command line: `ddpdbg-train COMMAND key=value ...`, with
  * Ultralytics-style key=value arguments (trainer/cli.h). Commands: params (the parameter
  * listing of a model), synth (writes the synthetic dataset, trainer/cmd_synth.c), train (single-process
- * training, trainer/cmd_train.c). Bad input is one line on stderr and exit status 2; --help prints the usage. */
+ * training, trainer/cmd_train.c), dump (one step written out for tests/torch/, trainer/cmd_dump.c).
+ * Bad input is one line on stderr and exit status 2; --help prints the usage. */
 #include <signal.h>
 #include <stdlib.h>
 
 #include "kernels/base.h"       // DIE
 #include "trainer/cli.h"
+#include "trainer/cmd_dump.h"   // cmd_dump
 #include "trainer/cmd_synth.h"  // cmd_synth
 #include "trainer/cmd_train.h"  // cmd_train
 #include "trainer/nn/builtin.h" // builtin_models (listed by the usage)
@@ -25,6 +27,10 @@ static void usage(FILE *f) {
                "        lr0=0.01 seed=0 val=true threads=CORES out=DIR resume=PATH ...]\n"
                "                         train in one process, validating every epoch and\n"
                "                         writing DIR/last.ckpt (default runs/detect/train)\n"
+               "  dump model=M data=D.yaml out=DIR [imgsz=128 batch=2 seed=0 weights=CKPT]\n"
+               "                         one training step of a fresh (or CKPT's) model on the first\n"
+               "                         train images: DIR/model.ckpt and DIR/step.bin (loss\n"
+               "                         terms, gradients) for tests/torch/\n"
                "models: a yaml path, or a built-in:");
     for (int i = 0; i < n_builtin_models; i++)
         fprintf(f, " %s", builtin_models[i].name);
@@ -67,5 +73,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "params") == 0) return cmd_params(argc - 2, argv + 2);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 2, argv + 2);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
-    DIE(2, "ddpdbg-train: unknown command '%s' (expected params, synth or train; see --help)", cmd);
+    if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 2, argv + 2);
+    DIE(2, "ddpdbg-train: unknown command '%s' (expected params, synth, train or dump; see --help)",
+        cmd);
 }

@@ -23,7 +23,7 @@ expect_error "ddpdbg-train params: expected key=value, got 'rtdetr-l.yaml'" para
 expect_error "ddpdbg-train params: nc must be an integer in [1, 100000], got '0'" \
     params model=rtdetr-l.yaml nc=0
 expect_error "ddpdbg-train params: 'model' given twice" params model=a.yaml model=b.yaml
-expect_error "ddpdbg-train: unknown command 'fly' (expected params, synth or train; see --help)" fly
+expect_error "ddpdbg-train: unknown command 'fly' (expected params, synth, train or dump; see --help)" fly
 
 "$train" >"$tmp/out" 2>"$tmp/err"
 rc=$?

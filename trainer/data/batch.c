@@ -20,7 +20,8 @@ static int load_one(Batch *b, const Dataset *ds, int i, const AugmentConfig *aug
     image_resize(&raw, b->imgsz, b->imgsz, &im);
     image_free(&raw);
     int n = b->counts[i];
-    memcpy(boxes, ds->boxes + ds->box_start[idx], sizeof(Box) * (size_t)n);
+    if (n > 0) // a dataset without any box has ds->boxes NULL: no arithmetic on it
+        memcpy(boxes, ds->boxes + ds->box_start[idx], sizeof(Box) * (size_t)n);
     if (aug) {
         Rng rng;
         rng_init(&rng, aug_seed + (uint64_t)idx * 0x9E3779B97F4A7C15ull);
