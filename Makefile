@@ -188,7 +188,7 @@ demo: $(TRAIN) $(VIEWER)
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
-            libpng-dev libjpeg-dev libgloo-dev clang tmux python3-torch python3-yaml python3-numpy python3-pil
+            libpng-dev libjpeg-dev libgloo-dev clang tmux iproute2 python3-torch python3-yaml python3-numpy python3-pil
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -6,6 +6,7 @@
  * field report. */
 #include "tui/diagnosis/diagnose.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -273,7 +274,7 @@ static void test_grouping(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_diagnose.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("no temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_examples();
     test_synthetic();
     test_grouping();

@@ -11,6 +11,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -681,7 +682,7 @@ static void test_disk_full(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_probe.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("cannot create a temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_threads_conserved();
     test_processes_conserved();
     test_overrun_counted();

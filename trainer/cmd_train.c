@@ -4,7 +4,9 @@
  * (runs/detect/train by default; no train2, train3 numbering). DDP's arguments are
  * DistributedDataParallel's keywords (find_unused_parameters=, static_graph=,
  * bucket_cap_mb=, gradient_as_bucket_view=, broadcast_buffers=) plus backend=, timeout=
- * (seconds, collectives) and rdzv_timeout= (seconds, start-up); fault= may repeat. */
+ * (seconds, collectives), rdzv_timeout= (seconds, start-up) and check_ddp_settings= (ours:
+ * false drops the construction check that every rank has the same DDP settings, so that
+ * mismatched settings behave as in PyTorch); fault= may repeat. */
 #include "trainer/cmd_train.h"
 
 #include <stdlib.h>
@@ -70,8 +72,8 @@ int cmd_train(int argc, char **argv) {
                *threads = threads_default, *out = NULL, *project = NULL, *name = NULL,
                *resume = NULL, *conf = "0.001", *augment = "true", *find_unused = "false",
                *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
-               *broadcast_buffers = "true", *backend = "gloo", *timeout = "0",
-               *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR");
+               *broadcast_buffers = "true", *check_ddp_settings = "true", *backend = "gloo",
+               *timeout = "0", *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR");
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -100,6 +102,7 @@ int cmd_train(int argc, char **argv) {
                            {"bucket_cap_mb", &bucket_cap_mb},
                            {"gradient_as_bucket_view", &grad_as_view},
                            {"broadcast_buffers", &broadcast_buffers},
+                           {"check_ddp_settings", &check_ddp_settings},
                            {"backend", &backend},
                            {"timeout", &timeout},
                            {"rdzv_timeout", &rdzv_timeout},
@@ -161,6 +164,7 @@ int cmd_train(int argc, char **argv) {
     d->reducer.static_graph = parse_bool("static_graph", static_graph);
     d->reducer.gradient_as_bucket_view = parse_bool("gradient_as_bucket_view", grad_as_view);
     d->broadcast_buffers = parse_bool("broadcast_buffers", broadcast_buffers);
+    d->check_settings = parse_bool("check_ddp_settings", check_ddp_settings);
     if (bucket_cap_mb) {
         // PyTorch 2.x: a cap the user chose applies to the first bucket too (no 1 MiB bucket).
         double mb = cli_parse_double("train", "bucket_cap_mb", bucket_cap_mb, 1e-6, 1e6,

@@ -478,6 +478,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         trace_error(&r->trace, err);
         return 1;
     }
+    // fault=unused: the parameters leave the graph inside the forward, as a detached head
+    // does, so DDP's post-forward search (find_unused_parameters) finds them unused.
+    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
+    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     if (r->ddp_ok) {
         // DDP._post_forward sees the model's output (Ultralytics: the loss); the trainer then
         // scales it by world, as BaseTrainer does (`self.loss *= world_size`).
@@ -494,8 +498,6 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         p->iteration++;
         return 0;
     }
-    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
-    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     trace_phase(&r->trace, PROBE_BACKWARD_BEGIN, PROBE_PHASE_BACKWARD);
     int backward = tape_backward(t, loss, NULL);
     if (no_sync) ddp_no_sync(&r->ddp, false);

@@ -75,6 +75,7 @@ mkdir -p "$tmp/empty"
 refused "no rank files" "holds no rank<R>.db files" report "$tmp/empty"
 mkdir -p "$tmp/foreign" && echo "not sqlite at all, but long enough to look like something" >"$tmp/foreign/rank0.db"
 refused "a non-SQLite rank file" "$tmp/foreign/rank0.db" report "$tmp/foreign"
+command -v sqlite3 >/dev/null || { echo "FAIL: no sqlite3 command (make deps)"; fail=1; }
 if command -v sqlite3 >/dev/null; then
     mkdir -p "$tmp/newer" && cp "$examples/healthy/rank0.db" "$tmp/newer/rank0.db"
     sqlite3 "$tmp/newer/rank0.db" "PRAGMA user_version = 99"
@@ -88,6 +89,7 @@ refused "export to an unwritable file" "cannot write $tmp/no/such/dir.json" expo
 "$ddpdbg" report --help >"$tmp/out" 2>&1 && grep -q '^usage: ddpdbg report DIR' "$tmp/out" || { echo "FAIL: report --help"; fail=1; }
 
 # --- export ---------------------------------------------------------------------------------------
+command -v python3 >/dev/null || { echo "FAIL: no python3 (make deps): the exports are not parsed"; fail=1; }
 for s in field_report skip_backward kill; do
     "$ddpdbg" export "$examples/$s" --chrome "$tmp/$s.json" >"$tmp/out" 2>"$tmp/err" ||
         { echo "FAIL: export $s exited $?: $(cat "$tmp/err")"; fail=1; continue; }
