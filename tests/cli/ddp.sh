@@ -319,11 +319,14 @@ expect_rank0_error "ddpdbg-train train: rdzv_timeout must be an integer in [1, 8
     rdzv_timeout=0
 TORCH_DISTRIBUTED_DEBUG=LOUD expect_rank0_error \
     "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=LOUD: expected OFF, INFO or DETAIL"
-# A fault=unused pattern that names no parameter: one line (checked once the model is built,
-# here in one process: no rank waits for it).
-expect_error "fault=unused: param=*no_such_head* matches no parameter of rtdetr-tiny.yaml (see \
-\`ddpdbg-train params model=rtdetr-tiny.yaml\`)" "${tiny[@]}" out="$tmp/bad" \
-    'fault=unused:param=*no_such_head*,rank=0'
+# A fault=unused pattern that names no parameter: one line, exit 2 (checked once the model is
+# built, after the dataset summary on stdout; here in one process: no rank waits for it).
+"$train" "${tiny[@]}" out="$tmp/bad" 'fault=unused:param=*no_such_head*,rank=0' \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "fault=unused matching nothing: exit 2 (got $rc)" [ $rc -eq 2 ]
+expect_one_line "fault=unused matching nothing" "$tmp/err" "fault=unused: param=*no_such_head* \
+matches no parameter of rtdetr-tiny.yaml (see \`ddpdbg-train params model=rtdetr-tiny.yaml\`)"
 
 # A missing peer at start-up: rank 0 alone says which ranks it waits for every 5 s, then gives
 # up at rdzv_timeout naming them.
