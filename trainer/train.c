@@ -44,6 +44,7 @@ void train_config_default(TrainConfig *c) {
                        .nbs = 64,
                        .max_grad_norm = 10.0,
                        .augment = true,
+                       .aug = augment_default(),
                        .val = true,
                        .conf = 0.001,
                        .threads = 1,
@@ -349,7 +350,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
     r->nb = (s.per_rank + c->batch - 1) / c->batch;
     r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
-    r->aug = augment_default();
+    r->aug = c->aug;
     return 0;
 }
 
@@ -430,7 +431,9 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     r->observer.hooks = 0;
     trace_phase(&r->trace, 0, PROBE_PHASE_DATA);
     Batch b = {0};
-    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
+    AugmentConfig aug = r->aug; // close_mosaic: no Mosaic in the last epochs
+    if (!augment_mosaic_on(&aug, epoch, c->epochs)) aug.mosaic = 0;
+    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &aug : NULL,
                    augment_seed(rank_seed(r), epoch), err, errlen))
         return 2;
     Tape *t = &r->tape;
