@@ -177,13 +177,14 @@ bench: $(TRAIN) $(BENCHES)
 
 # The main job on its embedded default, the field report by itself: a synthetic dataset with
 # background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose
-# batch holds no box fails DDP's reduction as in the field report (live in the TUI on a
+# batch holds no box (mosaic=0: a mosaic would give the background image its partners' boxes)
+# fails DDP's reduction as in the field report (live in the TUI on a
 # terminal); the trace stays in $(DEMO)/trace for `bin/ddpdbg report` and `bin/ddpdbg tui`.
 DEMO ?= build/demo
 demo: $(TRAIN) $(VIEWER)
 	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=64 imgsz=96 classes=3 empty=0.25 seed=0
 	-$(BIN)/ddpdbg run --nproc-per-node 2 --trace $(DEMO)/trace -- train model=rtdetr-tiny.yaml \
-	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false out=$(DEMO)/run
+	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false mosaic=0 out=$(DEMO)/run
 	@echo "demo: the trace is in $(DEMO)/trace; see it again with: bin/ddpdbg report $(DEMO)/trace"
 
 # Installs the Debian packages the build needs; a no-op when they are present.

@@ -288,6 +288,15 @@ check "settings check off: rank 1 received rank 0's first bucket (814800 bytes) 
     grep -q 'op\.preamble\.length <= op\.nbytes\. 814800 vs 4484$' "$tmp/r1.err"
 check "settings check off: rank 0's collective #7 failed" \
     grep -q '^RuntimeError: rank 0 collective #7 failed: ' "$tmp/r0.err"
+# Without find_unused_parameters iteration 0 has one bucket on every rank and the rebuild
+# installs rank 0's layout everywhere: different caps train through, as in PyTorch.
+port=$(pick_port)
+by_hand 0 "$port" 2 "${tiny[@]}" out="$tmp/b0" rdzv_timeout=10 check_ddp_settings=false
+by_hand 1 "$port" 2 "${tiny[@]}" out="$tmp/b1" rdzv_timeout=10 check_ddp_settings=false \
+    bucket_cap_mb=1
+wait_ranks "settings check off, no find_unused_parameters: both train through" "0 0"
+check "settings check off, no find_unused_parameters: identical parameters" \
+    grep -q '^DDP: parameters identical on all 2 ranks' "$tmp/r0.out"
 
 # Bad values of the DDP arguments, as rank 0 of 2: exit 2 and one line before any rendezvous
 # (rendezvous would wait for rank 1: timeout fails the test instead).
