@@ -50,7 +50,8 @@ for s in $(cut -d' ' -f1 "$tmp/list"); do
     case $s in
         healthy) kind=;; field_report|unused_head) kind=unused_some_ranks;; unused_all) kind=unused_all_ranks;;
         find_unused) kind=unused_handled;; skip_backward) kind=skipped_backward;; uneven) kind=uneven_batches;;
-        no_sync_one_rank) kind=no_sync_mismatch;; bucket_cap|shape) kind=error;; kill) kind=dead_rank;;
+        no_sync_one_rank) kind=no_sync_mismatch;; bucket_cap) kind=layout_mismatch;;
+        shape) kind=model_mismatch;; kill) kind=dead_rank;;
         straggler) kind=straggler;; *) echo "FAIL: scenario $s has no expected finding here"; fail=1; continue;;
     esac
     if [ -n "$kind" ]; then
