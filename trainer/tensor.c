@@ -186,6 +186,27 @@ void tensor_fill(Tensor *t, float value) {
     if (t->n) be->fill(&host_call_ctx, t->data, value, t->n);
 }
 
+void tensor_copy(Tensor *dst, const Tensor *src) {
+    CHECK(dst->n == src->n && dst->dev == src->dev, "tensor_copy: %lld to %lld elements",
+          (long long)src->n, (long long)dst->n);
+    const Backend *be = backend_need(dst->dev);
+    KERNEL_CHECK(be, copy);
+    if (dst->n) be->copy(&host_call_ctx, dst->data, src->data, dst->n);
+}
+
+float *host_map(Device dev, float *dev_ptr, int64_t n, bool read) {
+    if (dev == DEV_CPU) return dev_ptr;
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(n, 1));
+    if (read && n) backend_need(dev)->to_host(h, dev_ptr, sizeof(float) * (size_t)n);
+    return h;
+}
+
+void host_unmap(Device dev, float *dev_ptr, float *host, int64_t n, bool write_back) {
+    if (dev == DEV_CPU) return;
+    if (write_back && n) backend_need(dev)->to_device(dev_ptr, host, sizeof(float) * (size_t)n);
+    free(host);
+}
+
 float *tensor_host_copy(const Tensor *t) {
     float *h = xmalloc(sizeof(float) * (size_t)MAX(t->n, 1));
     tensor_read(t, h);
