@@ -141,6 +141,12 @@ static void test_facts(const Model *m) {
            "ranks %s", buf);
     EXPECT(!strcmp(facts_fmt_count(32814296, buf, sizeof buf), "32.8M"), "count %s", buf);
     EXPECT(!strcmp(facts_fmt_age(125000000000, buf, sizeof buf), "2m05s"), "age %s", buf);
+    // offsets from the trace's start carry one sign: events before it (the first layout) too
+    EXPECT(!strcmp(facts_fmt_at(-2000000, 1000000000, buf, sizeof buf), "-0.002s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(-200000, 1000000000, buf, sizeof buf), "+0.000s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(312000000, 1000000000, buf, sizeof buf), "+0.312s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(-125000000000, 300000000000, buf, sizeof buf), "-2m05s"), "at %s",
+           buf);
 }
 
 static void test_views(const Model *m) {

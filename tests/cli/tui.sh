@@ -48,6 +48,14 @@ check "params: the box heads, grouped, reported by rank 1" \
 check "params: 25 never reported" has "$tmp/frame" "rank 0, iteration 1: 25 of 323 parameters never reported"
 once --view 4
 check "collectives: divergence at #12" has "$tmp/frame" "first divergence at #12: rank 0 never issued #12"
+once --view 4 --size 100x40
+# the probe starts after DDP's first allgather (#1): the rows begin at the first one recorded
+check "collectives: the first row is #2, no empty row for #1" \
+    [ "$(sed -n 6p "$tmp/frame" | cut -c1-16)" = "    2   0 bcast " ]
+once --teach --view 7 --keys '          '
+check "teach: offsets before the trace's start are signed once (no '+-')" \
+    bash -c "! grep -qF -- '+-' '$tmp/frame'"
+check "teach: the event list shows offsets" grep -qE '^  r[01] it0 [+-][0-9]+\.[0-9]{3}s ' "$tmp/frame"
 once --view 3 --keys '/enc_bbox\n'
 check "search: 6 matches" has "$tmp/frame" "6 of 323 parameters match \"enc_bbox\""
 once --size 300x100 --view 5

@@ -226,6 +226,14 @@ char *facts_fmt_offset(int64_t ns, int64_t span_ns, char *buf, size_t n) {
     return buf;
 }
 
+char *facts_fmt_at(int64_t ns, int64_t span_ns, char *buf, size_t n) {
+    char mag[24];
+    facts_fmt_offset(ns < 0 ? -ns : ns, span_ns, mag, sizeof mag);
+    bool zero = strspn(mag, "0.") == strcspn(mag, "smh"); // only zeros before the unit
+    snprintf(buf, n, "%c%s", ns < 0 && !zero ? '-' : '+', mag);
+    return buf;
+}
+
 char *facts_fmt_count(int64_t v, char *buf, size_t n) {
     if (v < 10000)
         snprintf(buf, n, "%lld", (long long)v);

@@ -352,8 +352,8 @@ static void draw_header(Screen *s, const Layout *l, const Model *m, const Ui *ui
     char right[160], when[32] = "at the end", span[16];
     int64_t t = ui_time(ui, m);
     if (t != INT64_MAX)
-        snprintf(when, sizeof when, "at +%s",
-                 facts_fmt_offset(t - m->t0_ns, m->t1_ns - m->t0_ns, span, sizeof span));
+        snprintf(when, sizeof when, "at %s",
+                 facts_fmt_at(t - m->t0_ns, m->t1_ns - m->t0_ns, span, sizeof span));
     else if (ui->live)
         snprintf(when, sizeof when, ui->paused ? "PAUSED" : "LIVE");
     snprintf(right, sizeof right, " iter %lld of %lld..%lld  %s ", (long long)ui->iter,
