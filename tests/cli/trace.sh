@@ -132,5 +132,11 @@ for r in 0 1; do
         [ "$(q "$tmp/t3/rank$r.db" "select count(*) from events where kind=18")" = 1 ]
 done
 check "hang: stopped within 30 s" [ $((SECONDS - t0)) -lt 30 ]
+# without a terminal the run ends on why: the report's short form, after the hang's summary
+check "hang: the root cause at the end" grep -q \
+    "^root cause \[1\]: rank 1 ran iteration 1's forward and skipped its backward" "$tmp/err"
+check "hang: ... after the summary and the ranks' lines" [ \
+    "$(grep -n '^ddpdbg: the diagnosis of ' "$tmp/err" | cut -d: -f1)" -gt \
+    "$(grep -n '^ddpdbg run: hang: ' "$tmp/err" | cut -d: -f1)" ]
 [ $fail = 0 ] || { echo "--- stderr of the last run:"; cat "$tmp/err"; }
 exit $fail

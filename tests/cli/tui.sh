@@ -30,6 +30,13 @@ timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDO
 # launcher stops rank 1: without it, a slow machine (ASan) sometimes stops rank 1 before #12)
 rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: the field-report run should exit 1 (got $rc)"; tail -5 "$tmp/run.err"; exit 1; }
+# --no-tui: the run ends on the report's short form, after the ranks' errors
+check "--no-tui: the diagnosis after the ranks' last line" [ \
+    "$(grep -n "^ddpdbg: the diagnosis of $tmp/t (all of it: ddpdbg report $tmp/t):\$" "$tmp/run.err" | cut -d: -f1)" \
+    -gt "$(grep -n '^\[rank[01]\]:' "$tmp/run.err" | tail -1 | cut -d: -f1)" ]
+check "--no-tui: the root cause" grep -q '^root cause \[1\]: rank 0 never marked 25 parameters ready at iteration 1' "$tmp/run.err"
+check "--no-tui: its names" grep -qx '      model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$tmp/run.err"
+check "--no-tui: its fix" grep -q '^    fix: find_unused_parameters=True' "$tmp/run.err"
 
 # --- without a terminal: --once ------------------------------------------------------------------
 once() { "$ddpdbg" tui --once "$@" "$tmp/t" >"$tmp/frame" 2>"$tmp/frame.err"; }

@@ -24,6 +24,7 @@
 
 #include "kernels/base.h" // CHECK, xcalloc, xrealloc
 #include "probe/probe.h"  // probe_drain
+#include "tui/diagnosis/rootcause.h" // report_print_root_cause: why a failed run failed
 #include "tui/views/tui.h" // tui_live
 #include "tui/launch/watchdog.h"
 
@@ -736,6 +737,10 @@ int launch_run_command(int argc, char **argv) {
     if (L.hang && opt.on_hang_kill && L.first_failed < 0 && !L.user_signal && !L.spawn_failed)
         fprintf(stderr, "ddpdbg run: stopped after a hang (exit 124)\n");
     if (live) fprintf(stderr, "ddpdbg run: the ranks' output is in %s/output.log\n", trace_dir);
+    // A failed or hung run ends on why (the report's short form), after the ranks' errors, so
+    // that a CI log or a cluster job's output says it; not after the user stopped it.
+    if (trace_dir[0] && exit_status != 0 && !L.user_signal && !L.spawn_failed)
+        report_print_root_cause(trace_dir, stderr);
     free(L.polled_rank);
     free(L.polled);
     free(L.pfds);
