@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tui.sh TRAIN -- `ddpdbg tui` on a trace recorded by the real trainer (the field report's
-# mechanism, fault=nogt on rank 0 at iteration 1, two rtdetr-tiny ranks, as trace.sh does): first
+# mechanism, fault=nogt on rank 0 at iteration 1, two rtdetr-tiny ranks, as trace.sh does): the
+# --no-tui run ends on the root cause; the first screen (80x24, 160x48) is that root cause; then
 # without a terminal (--once frames: the error banner, rank 0's blocking bucket, the unreported
 # box-head parameters grouped, the divergence at the collective rank 0 never issued; bad
 # directories exit 2 with one line), then driven in tmux like a user (send-keys, capture-pane):
@@ -42,6 +43,16 @@ check "--no-tui: its fix" grep -q '^    fix: find_unused_parameters=True' "$tmp/
 once() { "$ddpdbg" tui --once "$@" "$tmp/t" >"$tmp/frame" 2>"$tmp/frame.err"; }
 check "--once exits 0" once
 check "80x24: 24 lines" [ "$(wc -l <"$tmp/frame")" = 24 ]
+# the first screen is the root cause, whole, at 80x24 and at 160x48
+for size in 80x24 160x48; do
+    once --size $size
+    check "$size: opens on the root cause" grep -q '^root cause \[1\]: rank 0 never marked 25 parameters ready' "$tmp/frame"
+    check "$size: the names" grep -q '^      model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$tmp/frame"
+    check "$size: the bucket" grep -q '^    bucket 0 never launched on rank 0' "$tmp/frame"
+    check "$size: the collective" grep -q '^    rank 1 \(waited\|waits\) in collective #12 (allreduce of bucket 0' "$tmp/frame"
+    check "$size: the fix" grep -q '^    fix: find_unused_parameters=True' "$tmp/frame"
+done
+once --view 1
 check "ranks: error banner on row 2" [ "$(sed -n 2p "$tmp/frame" | cut -c1-22)" = " ERROR  rank 0 at iter" ]
 check "ranks: rank 0 errored" grep -q '^   0  errored ' "$tmp/frame"
 # rank 1 is killed waiting in #12, or sees #12 fail first (rank 0 exited) and errors: a race
@@ -108,8 +119,11 @@ start() { # command...: a fresh 80x24 session running it, then "EXIT=<status>"
 }
 
 start "$ddpdbg" tui "$tmp/t"
-check "tmux: the Ranks view comes up" wait_for "   0  errored"
+check "tmux: the first screen is the root cause" wait_for "root cause [1]: rank 0 never marked 25"
+check "tmux: ... with the names" grep -qF "model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors" "$tmp/pane"
 check "tmux: the error banner" grep -q '^ ERROR  rank 0' "$tmp/pane"
+tm send-keys -t tui 1
+check "tmux: 1 shows Ranks" wait_for "   0  errored"
 tm send-keys -t tui 2
 check "tmux: 2 shows Buckets" wait_for "iteration 1: 2 buckets (layout generation 1)"
 tm send-keys -t tui 3
@@ -119,11 +133,11 @@ check "tmux: Tab shows Collectives" wait_for "first divergence at #12"
 tm send-keys -t tui Tab
 check "tmux: Tab shows Timeline" wait_for "F fwd B bwd"
 tm send-keys -t tui 6
-check "tmux: 6 shows Diagnosis" wait_for "1. rank 0 "
+check "tmux: 6 shows Diagnosis" wait_for "root cause [1]"
 tm send-keys -t tui '?'
 check "tmux: ? shows the help" wait_for "help: keys"
 tm send-keys -t tui x
-check "tmux: a key closes it" wait_for "1. rank 0 "
+check "tmux: a key closes it" wait_for "root cause [1]"
 check "tmux: ... and the help is gone" bash -c "! grep -qF 'help: keys' '$tmp/pane'"
 tm send-keys -t tui 1
 wait_for "   0  errored" >/dev/null

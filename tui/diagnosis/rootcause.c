@@ -120,9 +120,11 @@ static void add_waits(Str *out, const Model *m, const Finding *f) {
     for (int r = 0; r < m->world; r++) {
         const ModelRank *mr = &m->ranks[r];
         if (!mr->present || has_rank(f, r)) continue;
+        // a collective that failed (its peer went away) is where the rank waited, too
         const ModelCollective *c = f->seq ? model_rank_coll(mr, f->seq) : NULL;
-        if (!c || c->t_done_ns) c = mr->pending_seq ? model_rank_coll(mr, mr->pending_seq) : NULL;
-        if (!c || c->t_done_ns) continue;
+        if (!c || (c->t_done_ns && c->ok))
+            c = mr->pending_seq ? model_rank_coll(mr, mr->pending_seq) : NULL;
+        if (!c || (c->t_done_ns && c->ok)) continue;
         char a[128];
         coll_text(a, sizeof a, c);
         bool issued_by_them = true; // did the finding's ranks issue it?
@@ -135,6 +137,7 @@ static void add_waits(Str *out, const Model *m, const Finding *f) {
                  (long long)c->seq, a);
         if (!issued_by_them && f->n_ranks) str_addf(out, ", which %s never issued", who);
         str_addf(out, "%s\n", waiting                      ? ""
+                              : c->t_done_ns              ? ", until it failed"
                               : mr->state == RANK_ERRORED ? ", until it raised"
                                                           : ", until it was stopped");
     }
