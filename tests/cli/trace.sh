@@ -5,8 +5,9 @@
 # databases close cleanly; the field report's mechanism (fault=nogt) leaves rank 0's error
 # text in rank0.db and rank 1's killed probe drained; fault=skip_backward makes the ranks'
 # collectives diverge: the watchdog names a certain deadlock within 1 s of both ranks waiting,
-# long before --hang-timeout (summary, HANG records, exit 124), and the run ends on its root cause; a rank SIGKILLed in the middle of backward loses none of the hooks it recorded
-# (the launcher drains its ring); an unwritable trace directory is one line (launcher) or one
+# long before --hang-timeout (summary, HANG records, exit 124), and the run ends on its root
+# cause; a rank SIGKILLed in the middle of backward loses none of the hooks it recorded (the
+# launcher drains its ring); an unwritable trace directory is one line (launcher) or one
 # warning and an untraced run (trainer). Reads the databases with sqlite3 (skipped without it).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
