@@ -327,6 +327,9 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     else if (e)
         snprintf(err, errlen, "out=%s: cannot create %s: %s", c->out_dir, failed, strerror(e));
     if (e) return -1;
+    // Said before the first epoch, so that a run that fails or hangs does not leave a folder
+    // (by default runs/detect/train under the working directory) nobody was told about.
+    fprintf(r->log, "Results will be saved to %s (out= chooses the folder)\n", c->out_dir);
     snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
     snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
 
