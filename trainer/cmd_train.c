@@ -6,7 +6,8 @@
  * bucket_cap_mb=, gradient_as_bucket_view=, broadcast_buffers=) plus backend=, timeout=
  * (seconds, collectives), rdzv_timeout= (seconds, start-up) and check_ddp_settings= (ours:
  * false drops the construction check that every rank has the same DDP settings, so that
- * mismatched settings behave as in PyTorch); fault= may repeat. */
+ * mismatched settings behave as in PyTorch); fault= may repeat; device=
+ * (trainer/device.h: cpu, fake, 0, 0,1; default DDPDBG_DEVICE, else cpu). */
 #include "trainer/cmd_train.h"
 
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "kernels/base.h" // DIE
 #include "trainer/fault.h"
 #include "trainer/cli.h"
+#include "trainer/device.h"
 #include "trainer/train.h"
 
 // Ultralytics' booleans: true/false in either case.
@@ -76,7 +78,8 @@ int cmd_train(int argc, char **argv) {
                *find_unused = "false",
                *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
                *broadcast_buffers = "true", *check_ddp_settings = "true", *backend = "gloo",
-               *timeout = "0", *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR");
+               *timeout = "0", *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR"),
+               *device = device_default_spec();
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -119,7 +122,8 @@ int cmd_train(int argc, char **argv) {
                            {"backend", &backend},
                            {"timeout", &timeout},
                            {"rdzv_timeout", &rdzv_timeout},
-                           {"trace", &trace}};
+                           {"trace", &trace},
+                           {"device", &device}};
     Fault faults[FAULT_MAX];
     int n_faults;
     argc = take_faults(argc, argv, faults, &n_faults);
@@ -216,6 +220,14 @@ int cmd_train(int argc, char **argv) {
     if (debug_level_parse(debug, &d->reducer.debug))
         DIE(2, "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=%s: expected OFF, INFO or DETAIL",
             debug);
+    // device=: checked here so that a CUDA device in a CPU build is one line and exit 2
+    // before anything loads; train_run picks this rank's entry of a list by LOCAL_RANK.
+    char why[512];
+    const char *local_rank = getenv("LOCAL_RANK");
+    DeviceChoice dev;
+    if (device_parse(device, local_rank ? atoi(local_rank) : 0, &dev, why, sizeof why))
+        DIE(2, "ddpdbg-train train: %s", why);
+    c.device = device;
     c.faults = faults;
     c.n_faults = n_faults;
     c.trace_dir = trace; // trace=DIR, else DDPDBG_TRACE_DIR (set by `ddpdbg run --trace`)

@@ -54,6 +54,9 @@ typedef struct TrainConfig {
     bool val;             // validate every epoch (the last epoch is always validated)
     double conf;          // validation confidence threshold, 0.001
     int threads;          // >= 1
+    // device= as Ultralytics spells it (trainer/device.h): "cpu", "fake", "0", "0,1" (the
+    // rank takes entry LOCAL_RANK); NULL: DDPDBG_DEVICE, else cpu.
+    const char *device;
     const char *out_dir;  // last.ckpt and best.ckpt go here (created)
     // NULL or a checkpoint (last.ckpt) to continue from. Its model layout, nc and optimizer
     // kind are verified; the other arguments (data, imgsz, batch, epochs, seed, ...) must be

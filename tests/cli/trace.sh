@@ -4,9 +4,10 @@
 # per parameter per synced backward), its bucket layouts and balanced collectives, and both
 # databases close cleanly; the field report's mechanism (fault=nogt) leaves rank 0's error
 # text in rank0.db and rank 1's killed probe drained; fault=skip_backward makes the ranks'
-# collectives diverge and the watchdog reports the hang within seconds (summary, HANG records,
-# exit 124); a rank SIGKILLed in the middle of backward loses none of the hooks it recorded
-# (the launcher drains its ring); an unwritable trace directory is one line (launcher) or one
+# collectives diverge: the watchdog names a certain deadlock within 1 s of both ranks waiting,
+# long before --hang-timeout (summary, HANG records, exit 124), and the run ends on its root
+# cause; a rank SIGKILLed in the middle of backward loses none of the hooks it recorded (the
+# launcher drains its ring); an unwritable trace directory is one line (launcher) or one
 # warning and an untraced run (trainer). Reads the databases with sqlite3 (a failure without it).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
@@ -22,7 +23,7 @@ q() { sqlite3 "$1" "$2"; }
 port() { echo $((20000 + RANDOM % 12000)); }
 
 "$train" synth out="$tmp/d" n=8 imgsz=96 classes=3 empty=0 seed=1 >/dev/null
-args=(train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false)
+args=(train model=rtdetr-tiny.yaml data="$tmp/d/data.yaml" imgsz=96 batch=1 val=false augment=false)
 n_params=$("$train" params model=rtdetr-tiny.yaml | tail -1 | awk '{print $2}')
 
 # --- a clean run -------------------------------------------------------------------------------
@@ -119,18 +120,28 @@ check "unwritable trace=: one warning" [ "$(grep -ci 'probe' "$tmp/err")" = 1 ]
 # --- a hang: the watchdog -----------------------------------------------------------------------
 t0=$SECONDS
 timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port "$(port)" --no-tui \
-    --trace "$tmp/t3" --hang-timeout 3 -- "${args[@]}" epochs=2 out="$tmp/o3" \
+    --trace "$tmp/t3" --hang-timeout 20 -- "${args[@]}" epochs=2 out="$tmp/o3" \
     fault=skip_backward:rank=1,iter=1 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 echo "hang detected and stopped in $((SECONDS - t0)) s"
 check "hang: exit 124 (got $rc)" [ $rc -eq 124 ]
-check "hang: summary line" grep -q '^ddpdbg run: hang: rank [01] has waited [0-9.]* s in collective #' "$tmp/err"
+# rank 0 waits in #12 (bucket 0's allreduce), rank 1 in #12 (the buffers' broadcast): they can
+# never match, a certain deadlock, named long before the 20 s --hang-timeout
+check "hang: a certain deadlock, named" grep -q '^ddpdbg run: hang: certain deadlock: every rank waits, in collectives that cannot match: rank 0 in #12 (allreduce of bucket 0, [0-9]* elements), rank 1 in #12 (broadcast of buffers, [0-9]* elements)$' "$tmp/err"
+# ... within 1 s of the last rank starting to wait (the shortest of the ranks' waits)
+check "hang: named within 1 s of every rank waiting" awk '/^  rank [01]: waiting in a collective for/ { w = $8 + 0; if (min == "" || w < min) min = w } END { exit !(min != "" && min <= 1.0) }' "$tmp/err"
 check "hang: per-rank lines" [ "$(grep -c '^  rank [01]: waiting in a collective' "$tmp/err")" = 2 ]
-check "hang: who waits for whom" grep -q '^  rank 0 waits for rank 1: ' "$tmp/err"
+check "hang: what each rank waits in" grep -q '^  rank 0: waiting in a collective for [0-9.]* s; pending #12 (allreduce of bucket 0, ' "$tmp/err"
 for r in 0 1; do
     check "hang: HANG record in rank $r's trace" \
         [ "$(q "$tmp/t3/rank$r.db" "select count(*) from events where kind=18")" = 1 ]
 done
-check "hang: stopped within 30 s" [ $((SECONDS - t0)) -lt 30 ]
+check "hang: stopped within 15 s, before the 20 s timeout" [ $((SECONDS - t0)) -lt 15 ]
+# without a terminal the run ends on why: the report's short form, after the hang's summary
+check "hang: the root cause at the end" grep -q \
+    "^root cause \[1\]: rank 1 ran iteration 1's forward and skipped its backward" "$tmp/err"
+check "hang: ... after the summary and the ranks' lines" [ \
+    "$(grep -n '^ddpdbg: the diagnosis of ' "$tmp/err" | cut -d: -f1)" -gt \
+    "$(grep -n '^ddpdbg run: hang: ' "$tmp/err" | cut -d: -f1)" ]
 [ $fail = 0 ] || { echo "--- stderr of the last run:"; cat "$tmp/err"; }
 exit $fail

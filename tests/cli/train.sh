@@ -4,7 +4,8 @@
 # nothing on stdout; a 1-epoch rtdetr-tiny run on a synthetic dataset with one corrupt image
 # warns about it, counts it, prints the progress header, a row and the validation `all` row,
 # and writes last.ckpt; lr0=1e10 stops with exit status 1 naming the term and the iteration;
-# a train split of corrupt images only is one line, exit 2.
+# a train split of corrupt images only is one line, exit 2; without out= the run names
+# runs/detect/train before its first epoch, and git ignores runs/.
 source "$(dirname "$0")/lib.sh"
 
 
@@ -80,4 +81,17 @@ rc=$?
 [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(grep -v '^WARNING: ignoring corrupt image' "$tmp/err")" = \
     "$tmp/unreadable/data.yaml: the train split has no readable image (8 corrupt)" ] ||
     { echo "FAIL: no readable image: exit $rc: $(tail -2 "$tmp/err")"; fail=1; }
+# without out=, the results go to runs/detect/train under the working directory: the run says
+# so before its first epoch (here it then fails), and git ignores that folder in a checkout
+mkdir "$tmp/wd"
+(cd "$tmp/wd" && "$train" train model=rtdetr-tiny threads=2 data="$d" imgsz=96 batch=4 epochs=1 \
+    optimizer=AdamW lr0=1e10 warmup_epochs=0 nbs=4 >"$tmp/out" 2>/dev/null)
+grep -qx 'Results will be saved to runs/detect/train (out= chooses the folder)' "$tmp/out" ||
+    { echo "FAIL: the default out= is not named: $(head -5 "$tmp/out")"; fail=1; }
+[ -d "$tmp/wd/runs/detect/train" ] || { echo "FAIL: no runs/detect/train"; fail=1; }
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+git -C "$repo" check-ignore -q runs/detect/train/last.ckpt ||
+    { echo "FAIL: runs/ is not ignored by .gitignore"; fail=1; }
+git -C "$repo" check-ignore -q trainer/runs/detect/train/last.ckpt ||
+    { echo "FAIL: runs/ in a subfolder is not ignored by .gitignore"; fail=1; }
 exit $fail

@@ -44,7 +44,7 @@ ip netns exec "$ns0" true 2>"$tmp/ip.err" ||
     { echo "skip: cannot enter a network namespace: $(head -1 "$tmp/ip.err")"; exit 77; }
 
 "$train" synth out="$tmp/data" n=8 imgsz=96 classes=4 empty=0 seed=7 >/dev/null
-args=(train model=rtdetr-tiny.yaml data="$tmp/data/data.yaml" imgsz=96 batch=1 epochs=1
+args=(train model=rtdetr-tiny.yaml data="$tmp/data/data.yaml" imgsz=96 batch=1 epochs=1 augment=false
     val=false)
 port=29500 # the namespaces are new: nothing else listens in them
 

@@ -60,7 +60,10 @@ static int broadcast(Ddp *d, float *data, int64_t n, const char *what) {
 
 // _broadcast_coalesced of float tensors: packed into chunks of at most 250 MiB (a chunk closes
 // once it reaches the size, as bucket assignment does), one broadcast per chunk, unpacked.
+// ptrs are the model's device memory: packed into the host staging buffer by to_host and
+// unpacked by to_device (the process group broadcasts host memory).
 static int broadcast_floats(Ddp *d, float **ptrs, const int64_t *ns, int count, const char *what) {
+    const Backend *be = backend_need(d->reg->params[0]->dev);
     int first = 0;
     while (first < count) {
         int64_t total = 0;
@@ -72,11 +75,11 @@ static int broadcast_floats(Ddp *d, float **ptrs, const int64_t *ns, int count, 
         float *buf = stage(d, total);
         int64_t at = 0;
         for (int k = first; k < last; k++, at += ns[k - 1])
-            memcpy(buf + at, ptrs[k], sizeof(float) * (size_t)ns[k]);
+            be->to_host(buf + at, ptrs[k], sizeof(float) * (size_t)ns[k]);
         if (broadcast(d, buf, total, what)) return -1;
         at = 0;
         for (int k = first; k < last; k++, at += ns[k - 1])
-            memcpy(ptrs[k], buf + at, sizeof(float) * (size_t)ns[k]);
+            be->to_device(ptrs[k], buf + at, sizeof(float) * (size_t)ns[k]);
         first = last;
     }
     return 0;
