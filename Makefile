@@ -166,7 +166,7 @@ $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/mo
 $(BUILD)/tests/test_watchdog: $(call obj,tui/launch/watchdog.c)
 # the first screen on a recorded trace: the model, the diagnosis and its short form
 $(BUILD)/tests/test_tui_render: $(call obj,tui/model/model.c tui/diagnosis/diagnose.c \
-  tui/diagnosis/diagnose_grad.c tui/diagnosis/rootcause.c)
+  tui/diagnosis/diagnose_grad.c tui/diagnosis/diagnose_setup.c tui/diagnosis/rootcause.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 # DEVICE=fake (or cpu): the trainer's default device for the run (DDPDBG_DEVICE, read by
