@@ -7,13 +7,16 @@
  *                              constants, 43 rtdetr-l tensors get no gradient)
  *   unused:param=GLOB,rank=R   on rank R, every iteration, the parameters whose names match
  *                              GLOB (fnmatch, e.g. 'model.28.dec_score_head.*') do not reach
- *                              the loss: their graph edges are cut before backward, as when a
- *                              head's output is detached or left out of the loss
+ *                              the loss: their graph edges are cut at the end of the forward,
+ *                              before DDP's post-forward search, as when a head's output is
+ *                              detached or left out of the loss (so find_unused_parameters
+ *                              finds them unused and the run trains through, as PyTorch's does)
  *   skip_backward:rank=R,iter=I rank R runs iteration I's forward, then skips backward and the
  *                              step (a per-rank `continue`)
  *   uneven:rank=R,batches=K    rank R runs K fewer batches per epoch (an unequal shard)
  *   no_sync:rank=R,iter=I      rank R runs iteration I under ddp.no_sync() (the others sync)
- *   bucket_cap:rank=R,mb=M     rank R builds DDP with bucket_cap_mb=M (another bucket layout)
+ *   bucket_cap:rank=R,mb=M     rank R builds DDP with bucket_cap_mb=M (another bucket layout;
+ *                              with check_ddp_settings=false the ranks go on as PyTorch's do)
  *   kill:rank=R,iter=I,phase=P rank R is SIGKILLed at iteration I in P: forward, backward or
  *                              allreduce (while waiting for its first bucket)
  *   slow:rank=R,ms=M           rank R sleeps M ms in every forward (a straggler)
