@@ -1,5 +1,6 @@
 /* scenario.h -- `ddpdbg scenario list|run NAME`: the failure catalog. Each scenario runs the
- * real trainer (rtdetr-tiny, 2 ranks, a small synthetic dataset) under `ddpdbg run` with one
+ * real trainer (rtdetr-tiny, 2 ranks, a small synthetic dataset, augment=false: no crop may
+ * empty a batch the scenario did not choose) under `ddpdbg run` with one
  * or more faults (trainer/fault.h), then diagnoses the trace it recorded (diagnose.h) and
  * checks that the diagnosis names the scenario's cause. The first, healthy, has no fault: its
  * diagnosis must find nothing wrong. `make examples` records every one into traces/examples/. */
@@ -13,7 +14,8 @@ typedef struct Scenario {
     const char *description; // one line
     int nproc;
     const char *const *args; // extra train arguments (faults, DDP flags), NULL-terminated
-    FindingKind expect;      // the finding its diagnosis must contain; SCENARIO_HEALTHY: none
+    FindingKind expect;      // the finding kind its diagnosis must contain (its own kind, never
+                             // FINDING_ERROR: any error would pass); SCENARIO_HEALTHY: none
                              // above information
 } Scenario;
 
