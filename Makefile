@@ -166,7 +166,7 @@ $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/mo
 $(BUILD)/tests/test_watchdog: $(call obj,tui/launch/watchdog.c)
 # the first screen on a recorded trace: the model, the diagnosis and its short form
 $(BUILD)/tests/test_tui_render: $(call obj,tui/model/model.c tui/diagnosis/diagnose.c \
-  tui/diagnosis/diagnose_grad.c tui/diagnosis/rootcause.c)
+  tui/diagnosis/diagnose_grad.c tui/diagnosis/diagnose_setup.c tui/diagnosis/rootcause.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 # DEVICE=fake (or cpu): the trainer's default device for the run (DDPDBG_DEVICE, read by
@@ -183,18 +183,19 @@ bench: $(TRAIN) $(BENCHES)
 
 # The main job on its embedded default, the field report by itself: a synthetic dataset with
 # background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose
-# batch holds no box fails DDP's reduction as in the field report (live in the TUI on a
+# batch holds no box (mosaic=0: a mosaic would give the background image its partners' boxes)
+# fails DDP's reduction as in the field report (live in the TUI on a
 # terminal); the trace stays in $(DEMO)/trace for `bin/ddpdbg report` and `bin/ddpdbg tui`.
 DEMO ?= build/demo
 demo: $(TRAIN) $(VIEWER)
 	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=64 imgsz=96 classes=3 empty=0.25 seed=0
 	-$(BIN)/ddpdbg run --nproc-per-node 2 --trace $(DEMO)/trace -- train model=rtdetr-tiny.yaml \
-	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false out=$(DEMO)/run
+	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false mosaic=0 out=$(DEMO)/run
 	@echo "demo: the trace is in $(DEMO)/trace; see it again with: bin/ddpdbg report $(DEMO)/trace"
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
-            libpng-dev libjpeg-dev libgloo-dev clang tmux python3-torch python3-yaml python3-numpy python3-pil
+            libpng-dev libjpeg-dev libgloo-dev clang tmux iproute2 python3-torch python3-yaml python3-numpy python3-pil
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

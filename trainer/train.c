@@ -45,6 +45,7 @@ void train_config_default(TrainConfig *c) {
                        .nbs = 64,
                        .max_grad_norm = 10.0,
                        .augment = true,
+                       .aug = augment_default(),
                        .val = true,
                        .conf = 0.001,
                        .threads = 1,
@@ -362,7 +363,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
     r->nb = (s.per_rank + c->batch - 1) / c->batch;
     r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
-    r->aug = augment_default();
+    r->aug = c->aug;
     return 0;
 }
 
@@ -443,7 +444,9 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     r->observer.hooks = 0;
     trace_phase(&r->trace, 0, PROBE_PHASE_DATA);
     Batch b = {0};
-    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
+    AugmentConfig aug = r->aug; // close_mosaic: no Mosaic in the last epochs
+    if (!augment_mosaic_on(&aug, epoch, c->epochs)) aug.mosaic = 0;
+    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &aug : NULL,
                    augment_seed(rank_seed(r), epoch), err, errlen))
         return 2;
     Tape *t = &r->tape;
@@ -493,6 +496,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         trace_error(&r->trace, err);
         return 1;
     }
+    // fault=unused: the parameters leave the graph inside the forward, as a detached head
+    // does, so DDP's post-forward search (find_unused_parameters) finds them unused.
+    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
+    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     if (r->ddp_ok) {
         // DDP._post_forward sees the model's output (Ultralytics: the loss); the trainer then
         // scales it by world, as BaseTrainer does (`self.loss *= world_size`).
@@ -509,8 +516,6 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         p->iteration++;
         return 0;
     }
-    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
-    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     trace_phase(&r->trace, PROBE_BACKWARD_BEGIN, PROBE_PHASE_BACKWARD);
     int backward = tape_backward(t, loss, NULL);
     if (no_sync) ddp_no_sync(&r->ddp, false);
