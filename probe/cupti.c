@@ -400,7 +400,7 @@ void probe_cupti_stop(Probe *p) {
     disable_and_flush(N_KINDS);
     GpuActivityStats st = gpu_activity_stats(rec.activity);
     gpu_activity_free(rec.activity), rec.activity = NULL;
-    uint64_t events = atomic_load(&rec.events) + st.rows, dropped = atomic_load(&rec.dropped);
+    uint64_t events = atomic_load(&rec.events) + st.rows + st.tied, dropped = atomic_load(&rec.dropped);
     probe_meta(p, "cupti_events", "%llu", (unsigned long long)events);
     probe_meta(p, "cupti_dropped", "%llu", (unsigned long long)dropped);
     probe_meta(p, "cupti_filtered", "%llu", (unsigned long long)st.filtered);

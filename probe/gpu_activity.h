@@ -47,7 +47,7 @@ typedef struct GpuActivity GpuActivity;
 typedef struct GpuActivityStats {
     uint64_t rows;       // GPU_KERNEL, GPU_MEMCPY and GPU_MEMSET rows written
     uint64_t filtered;   // records the per-step bound kept out
-    uint64_t tied;       // NCCL kernels tied to a collective by stream order
+    uint64_t tied;       // NCCL kernels tied to a collective by stream order (one row each)
     uint64_t nccl_untied; // NCCL kernels on a stream with no collective waiting for one
 } GpuActivityStats;
 
