@@ -42,10 +42,12 @@ t_start=$SECONDS
 DRY=${DRY:-0}
 [ "${1:-}" = --dry ] && { DRY=1; shift; }
 if [ "$DRY" = 1 ]; then
-    BUDGET=${BUDGET:-1200} # the CPU is slower, and nothing here is timed
-    GPU=""               # no device= argument: the CPU build trains on the CPU
+    BUDGET=${BUDGET:-1800} # the CPU is slower, and nothing here is timed
+    CAP_SCALE=6            # each step's limit too (2 shared cores against an H200)
+    GPU=""                 # no device= argument: the CPU build trains on the CPU
 else
     BUDGET=${BUDGET:-470} # seconds: 8 minutes less a margin for the summary
+    CAP_SCALE=1
     GPU="device=0"       # Ultralytics' spelling; under `ddpdbg run` each rank takes LOCAL_RANK's GPU
 fi
 out=${1:-${OUT:-build/gpu-check}}
@@ -67,7 +69,7 @@ gpu_step() {
     step "$@"
 }
 step() {
-    local name=$1 cap=$2 fn=$3
+    local name=$1 cap=$(($2 * CAP_SCALE)) fn=$3
     local left=$((BUDGET - (SECONDS - t_start)))
     if [ $left -lt 20 ]; then note "SKIP  $name: no time left (${left}s of ${BUDGET}s)"; return; fi
     [ "$cap" -gt $left ] && cap=$left
