@@ -156,7 +156,17 @@ void gpu_activity_record(GpuActivity *g, const GpuRecord *r) {
         }
         write_row(g, r);
     } else if (r->kind == GPU_RECORD_KERNEL && gpu_activity_is_nccl_kernel(r->name)) {
-        g->stats.nccl_untied++; // NCCL work on a stream no collective of ours was queued on
+        // NCCL work on a stream no collective of ours was queued on: NCCL's own stream, if it
+        // moved the launch there. With one stream of collectives, its order still holds.
+        CollStream *only = g->n_streams == 1 ? &g->streams[0] : NULL;
+        if (only && only->head < only->n) {
+            uint64_t seq = only->seqs[only->head++];
+            probe_emit(g->probe, PROBE_GPU_CORRELATION, r->correlation, (int32_t)r->correlation,
+                       1, (int64_t)seq, 0, NULL);
+            g->stats.tied++;
+        } else {
+            g->stats.nccl_untied++;
+        }
         write_row(g, r);
     } else {
         int *written = step_count(g, r->start_ns);

@@ -11,6 +11,9 @@
  *   outside the caller's correlation push. The tie is one GPU_CORRELATION row (a = the kernel's
  *   correlation id, b = 1: by stream order, c = the collective's sequence number) written just
  *   before the kernel's row, so a reader that folds rows in order has it when the kernel comes.
+ *   An NCCL kernel on a stream no collective was queued on (NCCL moved the launch to a stream
+ *   of its own) takes the same order when only one stream carries collectives; else it is
+ *   written untied.
  * - A bound on rows per training step: the compute stream of one rtdetr-l step launches
  *   thousands of kernels. Work on a stream that carries collectives (NCCL kernels, the staging
  *   copies) is always written; other records are written while their step (the last

@@ -223,6 +223,21 @@ static void test_synthetic_records(void) {
            "a kernel row's columns");
     sqlite3_close(db);
 
+    // One stream of collectives: an NCCL kernel on another stream (NCCL's own) keeps its order.
+    g = gpu_activity_new(NULL, 0);
+    gpu_activity_collective(g, COMM_A, 5);
+    gpu_activity_collective(g, COMM_A, 6);
+    r = kernel(COMM_B, 1, 10, ar);
+    gpu_activity_record(g, &r);
+    r = kernel(COMM_A, 2, 20, ar);
+    gpu_activity_record(g, &r);
+    r = kernel(COMM_B, 3, 30, ar);
+    gpu_activity_record(g, &r);
+    st = gpu_activity_stats(g);
+    EXPECT(st.tied == 2 && st.nccl_untied == 1, "one stream of collectives: tied %llu, untied %llu",
+           (unsigned long long)st.tied, (unsigned long long)st.nccl_untied);
+    gpu_activity_free(g);
+
     // No bound: everything; the environment's bound.
     g = gpu_activity_new(NULL, 0);
     gpu_activity_step(g, 0, 0);
