@@ -63,6 +63,7 @@ note() { echo "$*" | tee -a "$summary"; }
 # step NAME CAP FUNCTION: runs the shell function FUNCTION (in a bash of its own, with the
 # variables exported below) under a limit of min(CAP, the time left); its output goes to the
 # log, and its last line starting "result:" to the summary beside PASS/FAIL/SKIP (exit 77).
+# ONLY=name,name,...: only those steps run, the others say SKIP (tests/cli/gpu_check_dry.sh).
 # gpu_step: the same, reported SKIP in the dry mode.
 gpu_step() {
     if [ "$DRY" = 1 ]; then note "SKIP  $1: dry: needs the GPU"; return; fi
@@ -70,6 +71,7 @@ gpu_step() {
 }
 step() {
     local name=$1 cap=$(($2 * CAP_SCALE)) fn=$3
+    if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then note "SKIP  $name: not in ONLY"; return; fi
     local left=$((BUDGET - (SECONDS - t_start)))
     if [ $left -lt 20 ]; then note "SKIP  $name: no time left (${left}s of ${BUDGET}s)"; return; fi
     [ "$cap" -gt $left ] && cap=$left
@@ -91,10 +93,15 @@ step() {
 
 # ---- the kit: our binaries and libraries, and NVIDIA's libraries of this machine ----
 kit=$work/kit
-if [ "$DRY" = 1 ]; then # the CPU build of this checkout
-    if [ ! -x bin/ddpdbg-train ] || [ ! -x bin/ddpdbg ]; then note "FAIL  kit: no bin/ddpdbg-train (make)"; exit 1; fi
-    mkdir -p "$kit/lib/cxx" && ln -s "$PWD/bin" "$kit/bin" && ln -s "$PWD/build/cpu/tests" "$kit/tests"
-    note "kit   dry: bin/ and build/cpu/tests of this checkout (CPU build, no GPU)"
+if [ "$DRY" = 1 ]; then # a build of this checkout: DRY_BIN, DRY_TESTS (the CPU build's)
+    dry_bin=${DRY_BIN:-bin} dry_tests=${DRY_TESTS:-build/cpu/tests}
+    if [ ! -x "$dry_bin/ddpdbg-train" ] || [ ! -x "$dry_bin/ddpdbg" ]; then
+        note "FAIL  kit: no $dry_bin/ddpdbg-train (make)"
+        exit 1
+    fi
+    mkdir -p "$kit/lib/cxx" && ln -s "$(realpath "$dry_bin")" "$kit/bin" &&
+        ln -s "$(realpath "$dry_tests")" "$kit/tests"
+    note "kit   dry: $dry_bin and $dry_tests of this checkout (no GPU)"
 elif [ -f build/gpu-carry/kit.tar.xz ]; then
     mkdir -p "$kit"
     tar -C "$kit" -xJf build/gpu-carry/kit.tar.xz 2>/dev/null || # without xz(1): python's lzma
@@ -155,9 +162,14 @@ export NCCL_OPT=${NCCL_OPT:-nccl_hostid=rank}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 
 # ---- data: synthetic datasets, made by our binary ----
-"$train" synth out="$work/tiny" n=10 imgsz=96 classes=3 empty=0 seed=3 >>"$log" 2>&1 &&
-    "$train" synth out="$work/field" n=12 imgsz=160 classes=4 empty=0 seed=7 >>"$log" 2>&1 ||
-    { note "FAIL  data: ddpdbg-train synth (steps.log)"; failed=1; }
+if [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *,step,* || ",$ONLY," == *,field-report,* ||
+    ",$ONLY," == *,nccl,* || ",$ONLY," == *,step-memcheck,* ]]; then
+    if ! "$train" synth out="$work/tiny" n=10 imgsz=96 classes=3 empty=0 seed=3 >>"$log" 2>&1 ||
+        ! "$train" synth out="$work/field" n=12 imgsz=160 classes=4 empty=0 seed=7 >>"$log" 2>&1; then
+        note "FAIL  data: ddpdbg-train synth (steps.log)"
+        failed=1
+    fi
+fi
 
 # ---- the steps ----
 parity_harness() { "$kit/run/test_parity_harness"; }
