@@ -306,7 +306,7 @@ if [ "$DRY" = 1 ]; then
 elif [ -n "$sanitizer" ]; then
     step memcheck 150 memcheck
     step racecheck 60 racecheck
-else
+elif [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *,memcheck,* ]]; then
     note "FAIL  memcheck: compute-sanitizer not found"
     failed=1
 fi
