@@ -6,13 +6,15 @@
  * the device data only through one copy out and one copy back each, of exactly the data's
  * bytes; the staging buffers are reused (two allocations for any number of collectives with
  * two in flight) and all freed with the group; a peer that dies leaves the survivor's device
- * data untouched (no copy back of a failed collective). Then what needs no peer: PyTorch's
+ * data untouched (no copy back of a failed collective); 3 ranks on the trainer's own fake
+ * device backend (pg_memory_of_backend). Then what needs no peer: PyTorch's
  * default timeouts, the nccl_hostid option's values, NCCL's refusal of non-CUDA memory and of
  * a bad DDPDBG_NCCL_HOSTID (both before any CUDA call), and the NCCL join's id exchange,
  * whose ready time (the start of the joining deadline) comes after a slow store wait. */
 #include "trainer/dist/comm.h"
 
-#include "kernels/base.h" // CHECK
+#include "kernels/backend.h" // backend_need(DEV_FAKE): helper B1's fake device
+#include "kernels/base.h"    // CHECK
 #include "tests/ddp_harness.h" // harness_free_port
 #include "tests/expect.h"
 
@@ -225,6 +227,64 @@ static void peer_dies(ProcessGroup *pg, Store *s) {
     pg_free(pg);
 }
 
+// The trainer's own fake device (kernels/cpu/backend_fake.c) through pg_memory_of_backend:
+// the copies are the backend's, a stray host access faults there too.
+static PgMemory backend_memory;
+static void backend_collectives(ProcessGroup *pg, Store *s) {
+    (void)s;
+    const Backend *b = backend_need(DEV_FAKE);
+    int rank = pg_rank(pg), world = pg_world(pg);
+    char err[512];
+    enum { N = 5000 };
+    static float host[N];
+    float *data = b->alloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) host[i] = (float)(rank + i % 11);
+    b->to_device(data, host, sizeof host);
+    PgWork *w = pg_allreduce_sum_device(pg, data, N);
+    EXPECT(pg_work_wait(w, err, sizeof err) == 0, "rank %d: %s", rank, err);
+    pg_work_free(w);
+    EXPECT(pg_broadcast_device(pg, data + 10, 5, 0, err, sizeof err) == 0, "bcast: %s", err);
+    b->to_host(host, data, sizeof host);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += host[i] != (float)(world * (world - 1) / 2 + world * (i % 11));
+    EXPECT(bad == 0, "rank %d: %d wrong sums on the fake backend (host[3] = %g)", rank, bad,
+           host[3]);
+    b->free(data);
+    pg_free(pg);
+}
+
+static int run_backend_ranks(int world) {
+    int port = harness_free_port();
+    pid_t pids[8];
+    for (int r = 0; r < world; r++)
+        if ((pids[r] = fork()) == 0) {
+            signal(SIGPIPE, SIG_IGN);
+            char err[512];
+            Store *s = store_open("127.0.0.1", port, r == 0, world, TOKEN, TIMEOUT_MS, err,
+                                  sizeof err);
+            EXPECT(s, "rank %d store: %s", r, err);
+            const PgMemory *m = pg_memory_of_backend(backend_need(DEV_FAKE), -1, NULL,
+                                                     &backend_memory);
+            EXPECT(m && !strcmp(m->name, "fake") && !m->cuda, "the fake backend's memory");
+            PgOptions o = {.timeout_ms = TIMEOUT_MS, .memory = m};
+            ProcessGroup *pg = s ? pg_open("gloo", s, r, world, &o, err, sizeof err) : NULL;
+            EXPECT(pg, "rank %d group: %s", r, err);
+            if (pg) backend_collectives(pg, s);
+            store_close(s);
+            fflush(stdout);
+            _exit(expect_failures ? 1 : 0);
+        }
+    int failed = 0;
+    for (int r = 0; r < world; r++) {
+        int status;
+        waitpid(pids[r], &status, 0);
+        if (WIFSIGNALED(status)) fprintf(stderr, "rank %d: signal %d\n", r, WTERMSIG(status));
+        failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    return failed;
+}
+
 // ---- without peers -------------------------------------------------------------------------------
 
 static void options(void) {
@@ -308,6 +368,10 @@ int main(void) {
     EXPECT(run_ranks(2, TIMEOUT_MS, collectives) == 0, "2 ranks");
     EXPECT(run_ranks(3, TIMEOUT_MS, collectives) == 0, "3 ranks");
     EXPECT(run_ranks(2, 3000, peer_dies) == 0, "a peer dies");
+    EXPECT(run_backend_ranks(3) == 0, "3 ranks on the trainer's fake device backend");
+    PgMemory unused;
+    EXPECT(!pg_memory_of_backend(backend_need(DEV_CPU), 0, NULL, &unused),
+           "the CPU's tensors are host arrays");
     options();
     share_id_after_store_wait();
     return expect_report();

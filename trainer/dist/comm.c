@@ -4,6 +4,7 @@
  * comm_nccl.c); nothing here knows Gloo or NCCL. */
 #include "trainer/dist/comm.h"
 
+#include "kernels/backend.h"
 #include "kernels/base.h"
 
 #include <pthread.h>
@@ -108,6 +109,14 @@ int pg_share_id(Store *store, const char *key, int rank, void *blob, size_t byte
     }
     *ready_ms = pg_now_ms();
     return 0;
+}
+
+const PgMemory *pg_memory_of_backend(const Backend *b, int cuda_device, void *stream,
+                                     PgMemory *out) {
+    if (b->dev == DEV_CPU) return NULL;
+    *out = (PgMemory){.name = b->name, .to_host = b->to_host, .to_device = b->to_device};
+    if (b->dev == DEV_CUDA) out->cuda = true, out->cuda_device = cuda_device, out->stream = stream;
+    return out;
 }
 
 ProcessGroup *pg_new(const char *backend, Store *store, int rank, int world, int timeout_ms,

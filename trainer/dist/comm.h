@@ -49,6 +49,14 @@ typedef struct PgMemory {
     void (*host_free)(void *p);
 } PgMemory;
 
+struct Backend; // kernels/backend.h
+
+// The PgMemory of backend b's tensor memory, filled into *out: NULL for the CPU (host arrays),
+// else out with b's copies (the fake device; CUDA, on cuda_device, its kernels on stream). The
+// staging is malloc'd until the Backend table has page-locked host memory of its own.
+const PgMemory *pg_memory_of_backend(const struct Backend *b, int cuda_device, void *stream,
+                                     PgMemory *out);
+
 // The knobs of a group, as PyTorch's init_process_group takes them.
 typedef struct PgOptions {
     // Bounds the join and every collective: PyTorch's timeout= (pg_default_timeout_ms when the
