@@ -38,9 +38,9 @@ ifeq ($(NCCL)$(if $(NCCL_MISSING),x),1x)
   $(error NCCL=1 but $(CUDA_HOME) lacks $(NCCL_MISSING))
 endif
 ifeq ($(NCCL),1)
-  # Only the two files that include nccl.h see CUDA's headers; every binary may link NCCL,
+  # Only the files that include nccl.h or ask which build this is see CUDA's headers; every binary may link NCCL,
   # --as-needed keeps it out of those that never call it.
-  $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o: \
+  $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_comm_device.o: \
     CPPFLAGS += -DDDPDBG_HAVE_NCCL -I$(CUDA_HOME)/include
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcudart \
               -Wl,--no-as-needed
@@ -83,7 +83,7 @@ endif
 # they are rebuilt (removing them would not do: .SECONDARY). The settings are kept in
 # $(BUILD)/nccl.setting and $(BUILD)/cupti.setting.
 $(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
-  touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o; \
+  touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_comm_device.o; \
   mkdir -p $(BUILD) && echo $(NCCL) > $$s; })
 $(shell s=$(BUILD)/cupti.setting; [ "$$(cat $$s 2>/dev/null)" = $(CUPTI) ] || { \
   touch -c -d @0 $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o; \
