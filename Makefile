@@ -119,7 +119,7 @@ TRAIN    := $(BIN)/ddpdbg-train
 TUI      := $(wildcard tui/*.c tui/*/*.c)
 VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
 
-.PHONY: all test debug bench deps golden clean help format demo examples
+.PHONY: all test debug bench deps golden clean help format demo examples fake-table
 # The benchmarks are built too (not run): one that no longer compiles shows at once.
 all: $(TRAIN) $(VIEWER) $(TESTS) $(BENCHES)
 
@@ -165,8 +165,10 @@ $(BUILD)/tests/test_logscan: $(call obj,tui/postmortem/logscan.c)
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
+# DEVICE=fake (or cpu): the trainer's default device for the run (DDPDBG_DEVICE, read by
+# trainer/device.c), so training, DDP, fault and trace tests run on that device.
 test: all
-	@bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
+	@$(if $(DEVICE),DDPDBG_DEVICE=$(DEVICE) )bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
 
 debug:
 	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT="-O1 -fno-omit-frame-pointer" \
@@ -195,6 +197,10 @@ deps:
 	  echo "installing:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
+
+# Regenerates the fake device's table (kernels/cpu/backend_fake.c) after a Backend field is added.
+fake-table:
+	python3 kernels/cpu/gen_backend_fake.py > kernels/cpu/backend_fake.c
 
 # Regenerates the committed PyTorch reference vectors (needs Debian's python3-torch).
 golden:
@@ -373,6 +379,8 @@ help:
 	@echo 'make gpu-carry  the CUDA build packed for the GPU machine (tests/gpu/check.sh)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
+	@echo 'make fake-table regenerate kernels/cpu/backend_fake.c from kernels/backend.h'
+	@echo 'make test DEVICE=fake  the suite with the trainer on the fake device (DDPDBG_DEVICE)'
 	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir CUDA=0|1 NCCL=0|1 CUPTI=0|1 CUDA_ARCH=...'
 
 $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh

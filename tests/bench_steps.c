@@ -74,7 +74,7 @@ static void on_step(void *user, int64_t ni, const LossItems *items) {
     double t = now();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    int k = s->n_seen - WARMUP - 1; // the step that ended now began at the previous on_step
+    int k = s->n_seen - WARMUP; // the step that ended now began at the previous on_step
     if (k >= 0 && s->n < s->want) {
         s->secs[k] = t - s->t_last;
         s->cpu[k] = cpu_seconds(&ru) - cpu_seconds(&s->ru_last);

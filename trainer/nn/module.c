@@ -41,14 +41,14 @@ void registry_pop(Registry *r) {
 }
 
 void *registry_alloc(Registry *r, size_t nbytes) {
-    void *p = arena_alloc(r->host, nbytes);
+    void *p = arena_alloc_host(r->host, nbytes);
     memset(p, 0, nbytes);
     return p;
 }
 
 static const char *full_name(Registry *r, const char *name) {
     size_t a = strlen(r->prefix), b = strlen(name);
-    char *s = arena_alloc(r->host, a + b + 1);
+    char *s = arena_alloc_host(r->host, a + b + 1);
     memcpy(s, r->prefix, a);
     memcpy(s + a, name, b + 1);
     return s;
