@@ -11,8 +11,10 @@
  * A step: ours is the time between two consecutive on_step calls (optimizer, batch load,
  * forward, backward: the PNG decode of 2 small images is in ours and not in PyTorch's);
  * PyTorch's is bench_step.py's "step" line (forward+loss, backward, optimizer).
+ * BENCH_TORCH_RANKS=2: both sides as 2 DDP ranks on this machine (ours: two forked ranks over
+ * Gloo, PyTorch: --ddp --nproc 2), batch and threads per rank; a step is rank 0's.
  * Overrides: BENCH_TORCH_MODEL (rtdetr-l), _IMGSZ (320), _BATCH (2), _THREADS (2), _ROUNDS (3),
- * _STEPS (4). Skipped, exit 0 with a line saying why, when /usr/bin/python3 cannot import
+ * _STEPS (4), _RANKS (1). Skipped, exit 0 with a line saying why, when /usr/bin/python3 cannot import
  * torch or tests/torch is not below the working directory. Exit 1 only if a run fails. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include "kernels/base.h"
+#include "tests/ddp_harness.h"
 #include "trainer/data/synth.h"
 #include "trainer/train.h"
 
@@ -37,7 +40,7 @@ typedef struct Side {
     double steps[MAX_ROUNDS * MAX_STEPS];
     int n;
     double round_median[MAX_ROUNDS];
-    double peak_rss_gb; // the largest block's
+    double peak_rss_gb; // GiB, the largest block's (under DDP its largest rank's)
 } Side;
 
 // What the child writes back to the parent (mapped shared before the fork).
@@ -95,47 +98,70 @@ static void on_step(void *user, int64_t ni, const LossItems *items) {
     if (b->n == b->want) _exit(0); // enough: skip the epoch's end (checkpoint, validation)
 }
 
-// One block of ours in a fresh process; appends its steps to s. Returns 0 or -1.
-static int run_ours(const TrainConfig *base, int steps, Side *s, int round) {
-    OursBlock *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+// One block of ours: `ranks` fresh processes (DDP over Gloo when 2); appends rank 0's steps to
+// s. Returns 0 or -1.
+static int run_ours(const TrainConfig *base, int ranks, int steps, Side *s, int round) {
+    OursBlock *b = mmap(NULL, sizeof *b * (size_t)ranks, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(b != MAP_FAILED, "mmap");
-    memset(b, 0, sizeof *b);
-    b->want = steps;
+    memset(b, 0, sizeof *b * (size_t)ranks);
+    int port = ranks > 1 ? harness_free_port() : 0;
+    pid_t pid[2];
     fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        TrainConfig c = *base;
-        c.user = b;
-        char err[1024];
-        b->t_last = now();
-        int rc = train_run(&c, err, sizeof err);
-        fprintf(stderr, "bench_torch: ours stopped before %d steps: %s\n", steps, rc ? err : "");
-        _exit(1);
+    for (int r = 0; r < ranks; r++) {
+        b[r].want = steps;
+        pid[r] = fork();
+        CHECK(pid[r] >= 0, "fork");
+        if (pid[r] == 0) {
+            if (ranks > 1) {
+                char v[16];
+                snprintf(v, sizeof v, "%d", r);
+                setenv("RANK", v, 1);
+                setenv("LOCAL_RANK", v, 1);
+                snprintf(v, sizeof v, "%d", ranks);
+                setenv("WORLD_SIZE", v, 1);
+                setenv("LOCAL_WORLD_SIZE", v, 1);
+                setenv("MASTER_ADDR", "127.0.0.1", 1);
+                snprintf(v, sizeof v, "%d", port);
+                setenv("MASTER_PORT", v, 1);
+            }
+            TrainConfig c = *base;
+            c.user = &b[r];
+            char err[1024];
+            b[r].t_last = now();
+            int rc = train_run(&c, err, sizeof err);
+            fprintf(stderr, "bench_torch: ours (rank %d) stopped before %d steps: %s\n", r, steps,
+                    rc ? err : "");
+            _exit(1);
+        }
     }
-    int status;
-    struct rusage ru;
-    CHECK(wait4(pid, &status, 0, &ru) == pid, "wait4");
-    int rc = WIFEXITED(status) && WEXITSTATUS(status) == 0 && b->n == steps ? 0 : -1;
-    if (rc == 0) {
-        memcpy(s->steps + s->n, b->steps, sizeof(double) * (size_t)steps);
-        s->n += steps;
-        s->round_median[round] = median(b->steps, steps);
+    int rc = 0;
+    for (int r = 0; r < ranks; r++) {
+        int status;
+        struct rusage ru;
+        CHECK(wait4(pid[r], &status, 0, &ru) == pid[r], "wait4");
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || b[r].n != steps) rc = -1;
         double gb = (double)ru.ru_maxrss / 1048576.0;
-        if (gb > s->peak_rss_gb) s->peak_rss_gb = gb;
+        if (rc == 0 && gb > s->peak_rss_gb) s->peak_rss_gb = gb;
     }
-    munmap(b, sizeof *b);
+    if (rc == 0) {
+        memcpy(s->steps + s->n, b[0].steps, sizeof(double) * (size_t)steps);
+        s->n += steps;
+        s->round_median[round] = median(b[0].steps, steps);
+    }
+    munmap(b, sizeof *b * (size_t)ranks);
     return rc;
 }
 
 // One block of PyTorch's; appends its steps to s. Returns 0 or -1.
-static int run_torch(const char *model, int imgsz, int batch, int threads, const char *data,
-                     int steps, Side *s, int round) {
+static int run_torch(const char *model, int imgsz, int batch, int threads, int ranks,
+                     const char *data, int steps, Side *s, int round) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              PYTHON " " SCRIPT " --bench --model %s --imgsz %d --batch %d --threads %d --steps %d "
-                    "--warmup %d --data %s 2>&1",
-             model, imgsz, batch, threads, steps, WARMUP, data);
+                    "--warmup %d --data %s%s 2>&1",
+             model, imgsz, batch, threads, steps, WARMUP, data,
+             ranks > 1 ? " --ddp --nproc 2" : "");
     fflush(stdout);
     FILE *p = popen(cmd, "r");
     CHECK(p, "popen");
@@ -146,6 +172,7 @@ static int run_torch(const char *model, int imgsz, int batch, int threads, const
     while (fgets(line, sizeof line, p)) {
         int k;
         double secs;
+        // under DDP the JSON's peak_rss_mb is rank 0's (peak_rss_mb_per_rank follows it)
         const char *rss = strstr(line, "\"peak_rss_mb\": ");
         if (sscanf(line, "step %d: %lf s", &k, &secs) == 2 && n < MAX_STEPS)
             got[n++] = secs;
@@ -163,7 +190,7 @@ static int run_torch(const char *model, int imgsz, int batch, int threads, const
     memcpy(s->steps + s->n, got, sizeof(double) * (size_t)n);
     s->n += n;
     s->round_median[round] = median(got, n);
-    if (rss_mb / 1000.0 > s->peak_rss_gb) s->peak_rss_gb = rss_mb / 1000.0;
+    if (rss_mb / 1024.0 > s->peak_rss_gb) s->peak_rss_gb = rss_mb / 1024.0; // MiB -> GiB
     return 0;
 }
 
@@ -190,11 +217,12 @@ int main(void) {
     int threads = env_int("BENCH_TORCH_THREADS", 2, 1, 256);
     int rounds = env_int("BENCH_TORCH_ROUNDS", 3, 1, MAX_ROUNDS);
     int steps = env_int("BENCH_TORCH_STEPS", 4, 1, MAX_STEPS);
+    int ranks = env_int("BENCH_TORCH_RANKS", 1, 1, 2);
 
     char dir[64] = "/tmp/bench_torch.XXXXXX", data[160], out[160], err[1024];
     CHECK(mkdtemp(dir), "mkdtemp");
     snprintf(data, sizeof data, "%s/synth", dir);
-    int n_train = batch * (WARMUP + steps + 1);
+    int n_train = ranks * batch * (WARMUP + steps + 1);
     SynthConfig sc = {.out = data, .n = n_train * 5 / 4 + 1, .imgsz = imgsz, .classes = 3,
                       .empty = 0.15, .seed = 5};
     // The set is rendered in a child: synth_generate starts OpenMP threads, and a process
@@ -232,14 +260,15 @@ int main(void) {
 
     char load[128];
     load_line(load, sizeof load);
-    printf("bench_torch: %s %d px, batch %d, %d threads, %d rounds of ours then PyTorch (%d "
+    printf("bench_torch: %s %d px, batch %d, %d threads%s, %d rounds of ours then PyTorch (%d "
            "warm-up + %d timed steps a block), %d train images; load at start %s\n",
-           model, imgsz, batch, threads, rounds, WARMUP, steps, sum->n_train, load);
+           model, imgsz, batch, threads, ranks > 1 ? " per rank x 2 DDP ranks" : "", rounds, WARMUP,
+           steps, sum->n_train, load);
     Side *ours = xcalloc(1, sizeof *ours), *torch = xcalloc(1, sizeof *torch);
     int rc = 0;
     for (int r = 0; r < rounds && rc == 0; r++) {
-        if (run_ours(&c, steps, ours, r) || run_torch(model, imgsz, batch, threads, data, steps,
-                                                      torch, r)) {
+        if (run_ours(&c, ranks, steps, ours, r) ||
+            run_torch(model, imgsz, batch, threads, ranks, data, steps, torch, r)) {
             rc = 1;
             break;
         }
@@ -258,8 +287,9 @@ int main(void) {
         printf("bench_torch: PyTorch median %.3f s a step (%d steps), peak RSS %.2f GB\n", mt,
                torch->n, torch->peak_rss_gb);
         printf("bench_torch: ratio ours / PyTorch: %.2f (medians); per round: median %.2f "
-               "(goal <= 0.35); memory %.2f\n",
-               mo / mt, median(ratios, rounds), ours->peak_rss_gb / torch->peak_rss_gb);
+               "(goal <= %.2f); memory %.2f\n",
+               mo / mt, median(ratios, rounds), ranks > 1 ? 0.5 : 0.35,
+               ours->peak_rss_gb / torch->peak_rss_gb);
     }
     fclose(c.log);
     char cmd[128];
