@@ -91,15 +91,20 @@ typedef struct TimedInfo {
     OpInfo wrap; // first member: n->info points here while timed
     const OpInfo *orig;
     int family;
+    double secs; // backward time of this op in this family
 } TimedInfo;
 static double bwd_secs[F_N];
+static TimedInfo infos[128];
+static int n_infos;
 
 static void timed_backward(Tape *t, Node *n) {
     TimedInfo *ti = (TimedInfo *)n->info;
     n->info = ti->orig;
     double t0 = now();
     ti->orig->backward(t, n);
-    bwd_secs[ti->family] += now() - t0;
+    double dt = now() - t0;
+    bwd_secs[ti->family] += dt;
+    ti->secs += dt;
     n->info = &ti->wrap;
 }
 
@@ -171,8 +176,7 @@ static StepTimes run_step(Bench *b, bool profile) {
     st.fwd = t1 - t0;
     st.loss = t2 - t1;
     if (profile) {
-        static TimedInfo infos[128];
-        int n_infos = 0;
+        n_infos = 0;
         for (int64_t i = 0; i < t->n_nodes; i++) {
             Node *n = t->nodes[i];
             int fam = i >= st.n_fwd_nodes ? F_LOSS : family_of_op(n->info->name);
@@ -180,7 +184,7 @@ static StepTimes run_step(Bench *b, bool profile) {
             while (k < n_infos && (infos[k].orig != n->info || infos[k].family != fam)) k++;
             if (k == n_infos) {
                 CHECK(n_infos < 128, "more than 128 op kinds");
-                infos[n_infos++] = (TimedInfo){{n->info->name, timed_backward}, n->info, fam};
+                infos[n_infos++] = (TimedInfo){{n->info->name, timed_backward}, n->info, fam, 0};
             }
             n->info = &infos[k].wrap;
         }
@@ -298,6 +302,19 @@ int main(void) {
     }
     printf("  %-17s %8s %7.3fs %7.3fs %5.1f%%\n", "autograd engine", "", st.bwd - bwd_ops,
            st.bwd - bwd_ops, 100.0 * (st.bwd - bwd_ops) / total);
+    // the elementwise family's largest backward ops (a name can appear in several families)
+    printf("  elementwise+rest, backward by op:");
+    for (int shown = 0; shown < 8; shown++) {
+        int best = -1;
+        for (int k = 0; k < n_infos; k++)
+            if (infos[k].family == F_ELEM && infos[k].secs > 0 &&
+                (best < 0 || infos[k].secs > infos[best].secs))
+                best = k;
+        if (best < 0) break;
+        printf(" %s %.3fs", infos[best].wrap.name, infos[best].secs);
+        infos[best].secs = -infos[best].secs; // shown
+    }
+    printf("\n");
     printf("  all: %.1f GFLOP, %.1f GFLOP/s; at the sgemm rate the step would take %.3f s (%.1fx "
            "of it)\n", all_flops * 1e-9, all_flops / total * 1e-9, all_flops / rate,
            total / (all_flops / rate));
