@@ -1,0 +1,59 @@
+"""scenario.py CASE [--iters N] -- one rank of a 2-rank gloo DDP job on TinyDetector
+(detect_model.py), started with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) by `ddpdbg run` in tests/cli/attach*.sh. CASE:
+  nogt          rank 0's batch at iteration 1 has no ground-truth box (the field report)
+  find_unused   the same, with find_unused_parameters=True: trains through it
+  uneven        rank 1 has one batch more than rank 0, which then waits at a barrier (a hang)
+  kill          rank 1 SIGKILLs itself in the middle of iteration 1's backward
+  healthy       every batch has boxes
+Prints "rank R: done, loss L" at the end; the parameters' checksum with --checksum.
+"""
+import argparse
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from detect_model import TinyDetector, make_batch  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=["nogt", "find_unused", "uneven", "kill", "healthy"])
+    ap.add_argument("--iters", type=int, default=4)
+    ap.add_argument("--checksum", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = TinyDetector()
+    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=args.case == "find_unused")
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    iters = args.iters + (1 if args.case == "uneven" and rank == 1 else 0)
+    loss = torch.zeros(())
+    for it in range(iters):
+        empty = args.case in ("nogt", "find_unused") and rank == 0 and it == 1
+        batch = make_batch(rank, it, boxes_per_image=0 if empty else 2)
+        loss = ddp(batch)
+        if args.case == "kill" and rank == 1 and it == 1:
+            # the box head's gradients are ready first: die once the first one is accumulated
+            model.box_head[2].bias.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if args.case == "uneven":
+        dist.barrier()
+    if args.checksum:
+        total = sum(float(p.double().sum()) for p in model.parameters())
+        print("rank %d: checksum %.17g" % (rank, total))
+    print("rank %d: done, loss %.6f" % (rank, float(loss)))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
