@@ -248,6 +248,8 @@ class DdpTracker:
         except Exception as e:
             S.fail("reading DistributedDataParallel's settings", e)
             return
+        self.in_forward = False
+        ddp.module.register_forward_pre_hook(lambda module, inputs: self.module_forward_began())
         S.set_phase(P.PHASE_DATA)
 
     def read_layout(self, it):
@@ -288,20 +290,31 @@ class DdpTracker:
         self.sync = bool(ddp.require_backward_grad_sync)
         self.rebuilt = bool(getattr(ddp, "_has_rebuilt_buckets", False))
         S.gap_label = "buffers"
-        S.set_phase(P.PHASE_FORWARD, P.FORWARD_BEGIN)
+        # Before the module's forward DDP runs collectives inside PyTorch (the rebuild's
+        # broadcasts, the buffers' broadcast): the live phase says so until the module's own
+        # forward starts (module_forward_began), so that a rank stuck there reads as waiting.
+        self.in_forward = True
+        S.set_phase(P.PHASE_COLLECTIVE, P.FORWARD_BEGIN)
         batch = ultralytics_batch(inputs, kwargs)
         if batch is not None:
             for k, n in enumerate(batch):
                 self.probe.event(P.BATCH, S.it, -1, n, k)
 
+    def module_forward_began(self):
+        if self.in_forward and self.S.on():
+            self.in_forward = False
+            self.S.set_phase(P.PHASE_FORWARD)
+
     def forward_failed(self, exc):
         S = self.S
+        self.in_forward = False
         S.fill_gap(self.pg, S.seq_now(self.pg))
         S.error(exc)
         self.expect_backward = False
 
     def end_forward(self, output):
         S, ddp = self.S, self.ddp
+        self.in_forward = False
         labels = ()
         if not self.rebuilt and getattr(ddp, "_has_rebuilt_buckets", False):
             # The rebuild's two broadcasts from rank 0 (sync_bucket_indices) came first.

@@ -635,7 +635,10 @@ int launch_run_command(int argc, char **argv) {
     int parsed = parse_options(argc, argv, &opt);
     if (parsed) return parsed == 1 ? 0 : 2;
     char program[PATH_MAX];
-    bool foreign = !foreign_is_trainer_command(opt.train_argv[0]);
+    // $DDPDBG_TRAIN names the rank program (tests' stand-ins): the arguments are all its own
+    const char *train_override = getenv("DDPDBG_TRAIN");
+    bool foreign = !(train_override && *train_override) &&
+                   !foreign_is_trainer_command(opt.train_argv[0]);
     if (foreign) {
         TorchrunArgs tr;
         int r = foreign_program(&opt.train_argc, &opt.train_argv, program, sizeof program, &tr);
