@@ -194,8 +194,10 @@ debug:
 	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-bench: $(TRAIN) $(BENCHES)
+bench: $(TRAIN) $(BENCHES) $(VIEWER) $(PROBE_SO)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
+	@echo "==== bench_attach (tests/pytorch/bench_attach.py)"
+	@/usr/bin/python3 tests/pytorch/bench_attach.py --ddpdbg $(BIN)/ddpdbg
 
 # The main job on its embedded default, the field report by itself: a synthetic dataset with
 # background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose

@@ -1,8 +1,10 @@
 """probe.py -- the ctypes binding of libddpdbg_probe.so (probe/abi.h, ABI version 1).
 
 Events without text are buffered here (8 int64 words each, abi.h's DDPDBG_EVENT_WORDS) and
-handed over in one ddpdbg_emit_many call per bucket, per phase or per 64 events: a ctypes call
-costs microseconds, an event in C tens of nanoseconds. Anything that emits text flushes the
+handed over in one ddpdbg_emit_many call per bucket, per phase, per 64 events, or once the
+oldest buffered event is FLUSH_NS old: a ctypes call costs microseconds, an event in C tens of
+nanoseconds, and a rank that dies (SIGKILL) loses only what it buffered in its last millisecond
+(the ring, which the launcher drains, holds the rest). Anything that emits text flushes the
 buffer first, so the ring's order is the order events were made in. A probe that fails says so
 once and turns into a no-op; it never raises into the caller.
 """
@@ -16,6 +18,7 @@ from array import array
 ABI_VERSION = 1
 EVENT_WORDS = 8
 FLUSH_EVENTS = 64  # events buffered at most between two foreign calls
+FLUSH_NS = 1000000  # ... and for at most this long
 
 # probe.h's enum values (fixed forever; traces/schema.sql table kinds).
 META, PARAM, LAYOUT = 1, 2, 3
@@ -73,6 +76,7 @@ class Probe:
         self.lib, self.handle, self.rank = lib, handle, rank
         self.lock = threading.Lock()
         self.buf = array("q")
+        self.first_t = 0  # t_ns of the oldest buffered event
         self.pid = os.getpid()
 
     @staticmethod
@@ -95,9 +99,12 @@ class Probe:
     # ---- buffered events -------------------------------------------------------------------
     def event(self, kind, it, a=0, b=0, c=0, d=0, flags=0, t_ns=0):
         """Buffers one event without text; t_ns 0: now."""
+        t = t_ns or time.time_ns()
         with self.lock:
-            self.buf.extend((t_ns or time.time_ns(), kind, flags, it, a, b, c, d))
-            if len(self.buf) >= FLUSH_EVENTS * EVENT_WORDS:
+            if not self.buf:
+                self.first_t = t
+            self.buf.extend((t, kind, flags, it, a, b, c, d))
+            if len(self.buf) >= FLUSH_EVENTS * EVENT_WORDS or t - self.first_t >= FLUSH_NS:
                 self._flush_locked()
 
     def flush(self):

@@ -6,7 +6,10 @@ MASTER_PORT) by `ddpdbg run` in tests/cli/attach*.sh. CASE:
   uneven        rank 1 has one batch more than rank 0, which then waits at a barrier (a hang)
   kill          rank 1 SIGKILLs itself in the middle of iteration 1's backward
   healthy       every batch has boxes
-Prints "rank R: done, loss L" at the end; the parameters' checksum with --checksum.
+Prints "rank R: done, loss L" at the end; the parameters' checksum with --checksum. Options
+that exercise the attach's edges: --loader-workers N (batches from a DataLoader with N forked
+workers), --comm-hook default|builtin (the user's own hook: default_hooks.allreduce_hook, or the
+builtin C++ ALLREDUCE), --second-ddp (a second DDP of another model, built and used once).
 """
 import argparse
 import os
@@ -21,11 +24,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from detect_model import TinyDetector, make_batch  # noqa: E402
 
 
+class Batches(torch.utils.data.Dataset):
+    """Iteration it's batch of this rank (an Ultralytics-style dict)."""
+
+    def __init__(self, rank, n, case):
+        self.rank, self.n, self.case = rank, n, case
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, it):
+        if it >= self.n:
+            raise IndexError(it)  # the end of plain iteration over a Dataset
+        empty = self.case in ("nogt", "find_unused") and self.rank == 0 and it == 1
+        return make_batch(self.rank, it, boxes_per_image=0 if empty else 2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case", choices=["nogt", "find_unused", "uneven", "kill", "healthy"])
     ap.add_argument("--iters", type=int, default=4)
     ap.add_argument("--checksum", action="store_true")
+    ap.add_argument("--loader-workers", type=int, default=0)
+    ap.add_argument("--comm-hook", choices=["default", "builtin"])
+    ap.add_argument("--second-ddp", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -33,16 +55,28 @@ def main():
     rank = dist.get_rank()
     model = TinyDetector()
     ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=args.case == "find_unused")
+    if args.comm_hook == "default":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif args.comm_hook == "builtin":
+        register = getattr(ddp, "_register_builtin_comm_hook", None) or ddp.register_builtin_comm_hook
+        register(dist.BuiltinCommHookType.ALLREDUCE)
+    if args.second_ddp:
+        other = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+        other(torch.ones(1, 4)).sum().backward()
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     iters = args.iters + (1 if args.case == "uneven" and rank == 1 else 0)
     loss = torch.zeros(())
-    for it in range(iters):
-        empty = args.case in ("nogt", "find_unused") and rank == 0 and it == 1
-        batch = make_batch(rank, it, boxes_per_image=0 if empty else 2)
+    batches = Batches(rank, iters, args.case)
+    if args.loader_workers:
+        batches = torch.utils.data.DataLoader(batches, batch_size=None,
+                                              num_workers=args.loader_workers)
+    for it, batch in enumerate(batches):
         loss = ddp(batch)
         if args.case == "kill" and rank == 1 and it == 1:
-            # the box head's gradients are ready first: die once the first one is accumulated
-            model.box_head[2].bias.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
+            # die in the middle of the backward: when the first layer's gradient is computed,
+            # after the other parameters' hooks ran
+            model.backbone[0].weight.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
         opt.zero_grad()
         loss.backward()
         opt.step()
