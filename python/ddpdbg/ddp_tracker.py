@@ -311,6 +311,7 @@ class DdpTracker:
         S.fill_gap(self.pg, S.seq_now(self.pg))
         S.error(exc)
         self.expect_backward = False
+        S.set_phase(P.PHASE_IDLE)  # not waiting any more: raising (the watchdog sees no hang)
 
     def end_forward(self, output):
         S, ddp = self.S, self.ddp
@@ -400,6 +401,7 @@ class DdpTracker:
         self.in_backward = False
         self.expect_backward = False
         self.S.error(exc)
+        self.S.set_phase(P.PHASE_IDLE)
 
     def end_backward(self):
         S = self.S
