@@ -131,7 +131,7 @@ all: $(TRAIN) $(VIEWER) $(PROBE_SO) $(TESTS) $(BENCHES)
 
 $(PROBE_SO): $(PROBE_SO_OBJ)
 	@mkdir -p $(@D)
-	$(call Q,LINK)$(CC) -shared -Wl,-z,defs $^ -lsqlite3 -lpthread -o $@
+	$(call Q,LINK)$(CC) -shared -Wl,-z,defs -Wl,-rpath,'$$ORIGIN' $^ -lsqlite3 -lpthread -o $@
 $(BUILD)/pic/gen/schema.o: $(BUILD)/gen/schema.c
 	@mkdir -p $(@D)
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(OPT) -g -std=c11 -D_GNU_SOURCE -fPIC -c $< -o $@

@@ -18,7 +18,12 @@
 #                  staged through host memory), rank 0's batch without boxes at iteration 1;
 #                  `ddpdbg report` must find rank 0's 43 unused parameters
 #   nccl           2 ranks over NCCL on the one GPU (per-rank host ids, the explicit opt-in)
-#   attach         tests/cli/attach*.sh, once with gloo and once with NCCL (if present)
+#   attach         a real PyTorch job (this machine's torch 2.x) under `ddpdbg run`, traced by
+#                  python/ddpdbg and the kit's libddpdbg_probe.so: 2 ranks of
+#                  tests/pytorch/scenario.py on the GPU, once over gloo (CUDA tensors) and once
+#                  over NCCL (per-rank NCCL_HOSTID): a healthy run whose every bucket allreduce
+#                  has its completion (on NCCL: the poller's Work.is_completed), and the field
+#                  report's case, whose report names rank 0's box-head parameters 8..11
 #   bench          rtdetr-l, 640 px, batch 16: our step time against PyTorch's on the same GPU
 #                  (tests/torch/rtdetr_torch.py, if present)
 # It writes OUT/summary.txt (one line per step: PASS/FAIL/SKIP, seconds, what it measured) and
@@ -184,7 +189,39 @@ nccl_run() {
         echo "result: 2 NCCL ranks on one GPU ended with identical parameters"
     return $rc
 }
-attach() { bash "$ATTACH_SCRIPT" "$train"; }
+# attach_run BACKEND: the two runs of the attach step; python3 is this machine's (torch 2.x).
+attach_run() {
+    local backend=$1 hostid= t="$work/attach-$1"
+    [ "$backend" = nccl ] && hostid=--nccl-hostid
+    export DDPDBG_PROBE_LIB=$kit/lib/probe/libddpdbg_probe.so DDPDBG_PYTHON_DIR=$PWD/python
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- python3 \
+        tests/pytorch/scenario.py healthy --device cuda --backend "$backend" $hostid --checksum || return 1
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- python3 \
+        tests/pytorch/scenario.py nogt --device cuda --backend "$backend" $hostid
+    echo "ddpdbg run exited $? (rank 0's error is expected)"
+    "$ddpdbg" report "$t-nogt" --json >"$t-nogt.json"
+    "$ddpdbg" report "$t-nogt" | head -30
+    grep -q '"kind": "unused_some_ranks"' "$t-nogt.json" &&
+        tr -d '\n' <"$t-nogt.json" | grep -q '"ranks": \[0\], "iteration": 1, "bucket": 0,[^]]*"parameters": \[8, 9, 10, 11\]' ||
+        { echo "the field report's finding is missing"; return 1; }
+    python3 - "$t-healthy" <<'PY' || return 1
+import sqlite3, sys
+for r in (0, 1):
+    db = sqlite3.connect("%s/rank%d.db" % (sys.argv[1], r))
+    version = db.execute("SELECT value FROM meta WHERE key = 'torch_version'").fetchone()[0]
+    launched = db.execute("SELECT count(*) FROM events WHERE kind = 11 AND text = 'bucket'").fetchone()[0]
+    done = db.execute("SELECT count(*) FROM events WHERE kind = 12 AND text = 'bucket' AND flags & 1").fetchone()[0]
+    hooks = db.execute("SELECT count(*) FROM events WHERE kind = 8 AND flags & 2").fetchone()[0]
+    print("rank %d: torch %s, %d bucket allreduces launched, %d completed, %d marking hooks"
+          % (r, version, launched, done, hooks))
+    if launched == 0 or done != launched or hooks != 4 * 12:
+        sys.exit(1)
+PY
+    echo "result: $backend: healthy run's $(python3 -c 'import torch; print(torch.__version__)') bucket allreduces all completed; field report names parameters 8..11"
+}
+export -f attach_run # step runs each function in a bash of its own
+attach_gloo() { attach_run gloo; }
+attach_nccl() { attach_run nccl; }
 # Ours: a run of 6 iterations less one of 2, over 4: start-up, the first iteration's cuBLAS and
 # memory-pool warm-up and the data set's loading cancel; the data loading of the iterations
 # themselves (8 threads) stays in. TF32 is off in ours (CUBLAS_DEFAULT_MATH).
@@ -226,15 +263,8 @@ step step 120 step_agreement
 step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 step nccl 120 nccl_run
-attach_scripts=$(ls tests/cli/attach*.sh 2>/dev/null)
-[ -z "$attach_scripts" ] && note "SKIP  attach: no tests/cli/attach*.sh in this checkout"
-for ATTACH_SCRIPT in $attach_scripts; do
-    export ATTACH_SCRIPT
-    for DDPDBG_ATTACH_BACKEND in gloo nccl; do
-        export DDPDBG_ATTACH_BACKEND DDPDBG_ATTACH_DEVICE=cuda
-        step "attach $(basename "$ATTACH_SCRIPT" .sh) $DDPDBG_ATTACH_BACKEND" 90 attach
-    done
-done
+step attach-gloo 120 attach_gloo
+step attach-nccl 120 attach_nccl
 step bench-ours 150 bench_ours
 if [ -f tests/torch/rtdetr_torch.py ]; then
     step bench-pytorch 120 bench_pytorch

@@ -10,6 +10,9 @@ Prints "rank R: done, loss L" at the end; the parameters' checksum with --checks
 that exercise the attach's edges: --loader-workers N (batches from a DataLoader with N forked
 workers), --comm-hook default|builtin (the user's own hook: default_hooks.allreduce_hook, or the
 builtin C++ ALLREDUCE), --second-ddp (a second DDP of another model, built and used once).
+On a GPU (tests/gpu/check.sh): --device cuda puts the model and batches on cuda:LOCAL_RANK modulo
+the GPUs there are, --backend nccl (default gloo) with --nccl-hostid: each rank claims a host of
+its own (NCCL_HOSTID), NCCL's explicit opt-in for several ranks on one GPU.
 """
 import argparse
 import os
@@ -48,13 +51,24 @@ def main():
     ap.add_argument("--loader-workers", type=int, default=0)
     ap.add_argument("--comm-hook", choices=["default", "builtin"])
     ap.add_argument("--second-ddp", action="store_true")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--nccl-hostid", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    if args.nccl_hostid:
+        os.environ["NCCL_HOSTID"] = "ddpdbg-rank%s" % os.environ.get("RANK", "0")
+    dist.init_process_group(args.backend)
     rank = dist.get_rank()
-    model = TinyDetector()
-    ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=args.case == "find_unused")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = TinyDetector().to(device)
+    ddp = nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=args.case == "find_unused")
     if args.comm_hook == "default":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -72,6 +86,7 @@ def main():
         batches = torch.utils.data.DataLoader(batches, batch_size=None,
                                               num_workers=args.loader_workers)
     for it, batch in enumerate(batches):
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         loss = ddp(batch)
         if args.case == "kill" and rank == 1 and it == 1:
             # die in the middle of the backward: when the first layer's gradient is computed,
@@ -83,7 +98,7 @@ def main():
     if args.case == "uneven":
         dist.barrier()
     if args.checksum:
-        total = sum(float(p.double().sum()) for p in model.parameters())
+        total = sum(float(p.double().sum().cpu()) for p in model.parameters())
         print("rank %d: checksum %.17g" % (rank, total))
     print("rank %d: done, loss %.6f" % (rank, float(loss)))
     dist.destroy_process_group()
