@@ -60,8 +60,34 @@ def worker(a):
         dt = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(dt)
+    hook_s = hook_cost(n_params)
     dist.destroy_process_group()
-    print(json.dumps({"params": n_params, "median_s": statistics.median(times), "steps": times}))
+    print(json.dumps({"params": n_params, "median_s": statistics.median(times), "steps": times,
+                      "hook_s": hook_s}))
+
+
+def hook_cost(n_params, rounds=20):
+    """Traced blocks: the attach's gradient-ready hook timed by itself, n_params x rounds calls
+    outside any backward (events of a fake iteration, into a trace that is thrown away): the
+    per-step cost that is paid once per parameter, without the step's noise. None untraced."""
+    try:
+        from ddpdbg import attach
+    except ImportError:
+        return None
+    S = attach.STATE
+    if S is None or S.tracker is None or not S.on():
+        return None
+    T = S.tracker
+    saved = T.in_backward, T.marking, T.order
+    T.in_backward, T.marking = True, False
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for i in range(n_params):
+            T.on_grad(i)
+    dt = (time.perf_counter() - t0) / (rounds * n_params)
+    S.probe.flush()
+    T.in_backward, T.marking, T.order = saved
+    return dt
 
 
 def environment(ddpdbg, traced, trace_dir):
@@ -93,6 +119,7 @@ def main():
     if a.worker:
         return worker(a)
     blocks = {"A": [], "B": []}
+    hooks = []  # traced blocks: seconds per gradient-ready hook, timed by itself
     n_params = None
     with tempfile.TemporaryDirectory(prefix="ddpdbg-bench-attach-") as tmp:
         for r in range(a.rounds):
@@ -109,6 +136,8 @@ def main():
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 n_params = result["params"]
                 blocks[which].append(result["median_s"])
+                if result.get("hook_s"):
+                    hooks.append(result["hook_s"])
                 if which == "B" and not os.path.exists(os.path.join(trace, "rank0.db")):
                     raise SystemExit("bench_attach: the traced block wrote no trace")
                 print("round %d block %s (%s): median step %.3f s over %d steps" % (
@@ -118,6 +147,11 @@ def main():
     print("rtdetr-l (%d parameters), %d px, batch %d, %d threads, 1 gloo rank: untraced %.3f s, "
           "traced %.3f s a step: attach overhead %+.2f %%" % (
               n_params, a.imgsz, a.batch, a.threads, a_med, b_med, 100 * (b_med - a_med) / a_med))
+    if hooks:
+        per_hook = statistics.median(hooks)
+        print("the gradient-ready hook by itself: %.2f us; x %d parameters = %.2f ms a step, %.3f %% "
+              "of the untraced step" % (per_hook * 1e6, n_params, per_hook * n_params * 1e3,
+                                        100 * per_hook * n_params / a_med))
 
 
 if __name__ == "__main__":
