@@ -61,6 +61,11 @@ run_case nogt nogt
 check "(a) exit 1, rank 0's error (got $rc)" [ $rc -eq 1 ]
 indices=$(sed -n 's/^\[rank0\]:Parameter indices which did not receive grad for rank 0: //p' "$tmp/nogt.out")
 check "(a) PyTorch's own error names the box head's indices 8 9 10 11 (got '$indices')" [ "$indices" = "8 9 10 11" ]
+timeout -k 5 180 "$ddpdbg" run --no-tui --no-trace --nproc-per-node 2 --master-port "$(pick_port)" -- \
+    "$py" "$scenario" nogt >"$tmp/nogt-untraced.out" 2>&1
+error_text() { grep -v "^\[rank0\]: *File \|^\[rank0\]:  \|^\[rank0\]:Traceback\|^ddpdbg" "$1" | grep "^\[rank0\]:"; }
+check "(a) rank 0's error text is PyTorch's, traced or not" [ "$(error_text "$tmp/nogt.out")" = "$(error_text "$tmp/nogt-untraced.out")" ]
+check "(a) ... and it is the unfinished reduction" grep -q "^\[rank0\]:RuntimeError: Expected to have finished reduction" <(error_text "$tmp/nogt-untraced.out")
 json "$tmp/nogt" >"$tmp/nogt.json"
 finding=$(tr -d '\n' <"$tmp/nogt.json" | grep -o '{"id": 1, "kind": "unused_some_ranks"[^}]*')
 check "(a) finding 1 is unused_some_ranks" [ -n "$finding" ]
