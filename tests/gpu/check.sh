@@ -26,11 +26,12 @@
 #   nccl           2 ranks over NCCL on the one GPU (per-rank host ids, the explicit opt-in
 #                  nccl_hostid=rank), traced: CUPTI's rows, NCCL kernels tied to collectives
 #   cupti-overhead the same 2-rank NCCL run untraced and traced (probe + CUPTI): both times
-#   attach         tests/cli/attach*.sh, once with gloo and once with NCCL (if present).
-#                  ALIGN WITH HELPER A (branch i12-attach): the scripts are theirs; this step
-#                  passes DDPDBG_ATTACH_BACKEND=gloo|nccl and DDPDBG_ATTACH_DEVICE=cuda and
-#                  expects them to run tests/pytorch/scenario.py on that backend and device
-#                  (NCCL ranks sharing the GPU need NCCL_HOSTID per rank there too)
+#   attach         a real PyTorch job (this machine's torch 2.x) under `ddpdbg run`, traced by
+#                  python/ddpdbg and the kit's libddpdbg_probe.so: 2 ranks of
+#                  tests/pytorch/scenario.py on the GPU, once over gloo (CUDA tensors) and once
+#                  over NCCL (per-rank NCCL_HOSTID): a healthy run whose every bucket allreduce
+#                  has its completion (on NCCL: the poller's Work.is_completed), and the field
+#                  report's case, whose report names rank 0's box-head parameters 8..11
 #   bench          rtdetr-l, 640 px, batch 16: our step time against PyTorch's on the same GPU
 #                  (tests/torch/rtdetr_torch.py --bench, TF32 off in both)
 # It writes OUT/summary.txt (one line per step: PASS/FAIL/SKIP, seconds, what it measured) and
@@ -270,7 +271,39 @@ cupti_overhead() {
     done
     echo "result: rtdetr-l 320 px batch 8, 2 NCCL ranks, 3 iterations: untraced ${plain} s, traced ${traced} s ($(echo "$plain $traced" | awk '{printf "%+.1f %%", ($2 - $1) * 100 / $1}'), start-up included)"
 }
-attach() { bash "$ATTACH_SCRIPT" "$train"; }
+# attach_run BACKEND: the two runs of the attach step; python3 is this machine's (torch 2.x).
+attach_run() {
+    local backend=$1 hostid= t="$work/attach-$1"
+    [ "$backend" = nccl ] && hostid=--nccl-hostid
+    export DDPDBG_PROBE_LIB=$kit/lib/probe/libddpdbg_probe.so DDPDBG_PYTHON_DIR=$PWD/python
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- python3 \
+        tests/pytorch/scenario.py healthy --device cuda --backend "$backend" $hostid --checksum || return 1
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- python3 \
+        tests/pytorch/scenario.py nogt --device cuda --backend "$backend" $hostid
+    echo "ddpdbg run exited $? (rank 0's error is expected)"
+    "$ddpdbg" report "$t-nogt" --json >"$t-nogt.json"
+    "$ddpdbg" report "$t-nogt" | head -30
+    grep -q '"kind": "unused_some_ranks"' "$t-nogt.json" &&
+        tr -d '\n' <"$t-nogt.json" | grep -q '"ranks": \[0\], "iteration": 1, "bucket": 0,[^]]*"parameters": \[8, 9, 10, 11\]' ||
+        { echo "the field report's finding is missing"; return 1; }
+    python3 - "$t-healthy" <<'PY' || return 1
+import sqlite3, sys
+for r in (0, 1):
+    db = sqlite3.connect("%s/rank%d.db" % (sys.argv[1], r))
+    version = db.execute("SELECT value FROM meta WHERE key = 'torch_version'").fetchone()[0]
+    launched = db.execute("SELECT count(*) FROM events WHERE kind = 11 AND text = 'bucket'").fetchone()[0]
+    done = db.execute("SELECT count(*) FROM events WHERE kind = 12 AND text = 'bucket' AND flags & 1").fetchone()[0]
+    hooks = db.execute("SELECT count(*) FROM events WHERE kind = 8 AND flags & 2").fetchone()[0]
+    print("rank %d: torch %s, %d bucket allreduces launched, %d completed, %d marking hooks"
+          % (r, version, launched, done, hooks))
+    if launched == 0 or done != launched or hooks != 4 * 12:
+        sys.exit(1)
+PY
+    echo "result: $backend: healthy run's $(python3 -c 'import torch; print(torch.__version__)') bucket allreduces all completed; field report names parameters 8..11"
+}
+export -f attach_run # step runs each function in a bash of its own
+attach_gloo() { attach_run gloo; }
+attach_nccl() { attach_run nccl; }
 # Ours: a run of 6 iterations less one of 2, over 4: start-up, the first iteration's cuBLAS and
 # memory-pool warm-up and the data set's loading cancel; the data loading of the iterations
 # themselves (8 threads) stays in. TF32 is off in ours (CUBLAS_DEFAULT_MATH).
@@ -318,21 +351,8 @@ step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 gpu_step nccl 120 nccl_run
 tar -C "$work" -czf "$out/nccl-trace.tar.gz" nccl-trace 2>/dev/null
-# ALIGN WITH HELPER A (i12-attach): see the header; until their tests/cli/attach*.sh exist
-# this step says SKIP.
-attach_scripts=$(ls tests/cli/attach*.sh 2>/dev/null)
-[ -z "$attach_scripts" ] && note "SKIP  attach: no tests/cli/attach*.sh in this checkout (helper A's, branch i12-attach)"
-for ATTACH_SCRIPT in $attach_scripts; do
-    export ATTACH_SCRIPT
-    for DDPDBG_ATTACH_BACKEND in gloo nccl; do
-        export DDPDBG_ATTACH_BACKEND DDPDBG_ATTACH_DEVICE=cuda
-        if [ "$DRY" = 1 ]; then
-            [ $DDPDBG_ATTACH_BACKEND = nccl ] && { note "SKIP  attach $(basename "$ATTACH_SCRIPT" .sh) nccl: dry: needs the GPU"; continue; }
-            DDPDBG_ATTACH_DEVICE=cpu
-        fi
-        step "attach $(basename "$ATTACH_SCRIPT" .sh) $DDPDBG_ATTACH_BACKEND" 90 attach
-    done
-done
+gpu_step attach-gloo 120 attach_gloo
+gpu_step attach-nccl 120 attach_nccl
 gpu_step bench-ours 150 bench_ours
 gpu_step bench-pytorch 120 bench_pytorch
 gpu_step cupti-overhead 100 cupti_overhead
