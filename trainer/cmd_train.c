@@ -219,7 +219,7 @@ int cmd_train(int argc, char **argv) {
     c.backend = backend;
     c.timeout_s = (int)cli_parse_int("train", "timeout", timeout, 0, 7 * 24 * 3600);
     c.rdzv_timeout_s = (int)cli_parse_int("train", "rdzv_timeout", rdzv_timeout, 1, 24 * 3600);
-    char why[256];
+    char why[512];
     const char *hostid_from = "ddpdbg-train train: nccl_hostid";
     if (!nccl_hostid) { // the environment's opt-in, checked here so that a typo fails at once
         hostid_from = "ddpdbg-train train: DDPDBG_NCCL_HOSTID";
@@ -233,7 +233,6 @@ int cmd_train(int argc, char **argv) {
             debug);
     // device=: checked here so that a CUDA device in a CPU build is one line and exit 2
     // before anything loads; train_run picks this rank's entry of a list by LOCAL_RANK.
-    char why[512];
     const char *local_rank = getenv("LOCAL_RANK");
     DeviceChoice dev;
     if (device_parse(device, local_rank ? atoi(local_rank) : 0, &dev, why, sizeof why))
