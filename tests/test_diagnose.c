@@ -6,8 +6,8 @@
  * field report. */
 #include "tui/diagnosis/diagnose.h"
 
-#include <errno.h>
 #include <sqlite3.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

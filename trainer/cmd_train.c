@@ -4,7 +4,8 @@
  * (runs/detect/train by default; no train2, train3 numbering). DDP's arguments are
  * DistributedDataParallel's keywords (find_unused_parameters=, static_graph=,
  * bucket_cap_mb=, gradient_as_bucket_view=, broadcast_buffers=) plus backend=, timeout=
- * (seconds, collectives), rdzv_timeout= (seconds, start-up) and check_ddp_settings= (ours:
+ * (seconds, collectives), rdzv_timeout= (seconds, start-up), nccl_hostid= (rank: the
+ * test-only opt-in that lets NCCL ranks share a GPU, comm.h) and check_ddp_settings= (ours:
  * false drops the construction check that every rank has the same DDP settings, so that
  * mismatched settings behave as in PyTorch); fault= may repeat; device=
  * (trainer/device.h: cpu, fake, 0, 0,1; default DDPDBG_DEVICE, else cpu). */
@@ -18,6 +19,7 @@
 #include "trainer/fault.h"
 #include "trainer/cli.h"
 #include "trainer/device.h"
+#include "trainer/dist/comm.h" // pg_parse_nccl_hostid
 #include "trainer/train.h"
 
 // Ultralytics' booleans: true/false in either case.
@@ -78,8 +80,8 @@ int cmd_train(int argc, char **argv) {
                *find_unused = "false",
                *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
                *broadcast_buffers = "true", *check_ddp_settings = "true", *backend = "gloo",
-               *timeout = "0", *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR"),
-               *device = device_default_spec();
+               *timeout = "0", *rdzv_timeout = "120", *nccl_hostid = NULL,
+               *trace = getenv("DDPDBG_TRACE_DIR"), *device = device_default_spec();
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -122,6 +124,7 @@ int cmd_train(int argc, char **argv) {
                            {"backend", &backend},
                            {"timeout", &timeout},
                            {"rdzv_timeout", &rdzv_timeout},
+                           {"nccl_hostid", &nccl_hostid},
                            {"trace", &trace},
                            {"device", &device}};
     Fault faults[FAULT_MAX];
@@ -216,13 +219,20 @@ int cmd_train(int argc, char **argv) {
     c.backend = backend;
     c.timeout_s = (int)cli_parse_int("train", "timeout", timeout, 0, 7 * 24 * 3600);
     c.rdzv_timeout_s = (int)cli_parse_int("train", "rdzv_timeout", rdzv_timeout, 1, 24 * 3600);
+    char why[512];
+    const char *hostid_from = "ddpdbg-train train: nccl_hostid";
+    if (!nccl_hostid) { // the environment's opt-in, checked here so that a typo fails at once
+        hostid_from = "ddpdbg-train train: DDPDBG_NCCL_HOSTID";
+        nccl_hostid = getenv("DDPDBG_NCCL_HOSTID");
+    }
+    if (pg_parse_nccl_hostid(hostid_from, nccl_hostid, &c.nccl_hostid_per_rank, why, sizeof why))
+        DIE(2, "%s", why);
     const char *debug = getenv("TORCH_DISTRIBUTED_DEBUG");
     if (debug_level_parse(debug, &d->reducer.debug))
         DIE(2, "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=%s: expected OFF, INFO or DETAIL",
             debug);
     // device=: checked here so that a CUDA device in a CPU build is one line and exit 2
     // before anything loads; train_run picks this rank's entry of a list by LOCAL_RANK.
-    char why[512];
     const char *local_rank = getenv("LOCAL_RANK");
     DeviceChoice dev;
     if (device_parse(device, local_rank ? atoi(local_rank) : 0, &dev, why, sizeof why))

@@ -238,9 +238,12 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     bool nccl = !strcmp(c->backend, "nccl");
     trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
     if (r->world == 1) return 0;
-    int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
-    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, timeout_s * 1000, err,
-                  errlen))
+    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: tensor data
+    // on a device is the backend's to describe (PgMemory); host arrays until then.
+    PgOptions pg = {.timeout_ms = c->timeout_s > 0 ? c->timeout_s * 1000
+                                                   : pg_default_timeout_ms(c->backend),
+                    .nccl_hostid_per_rank = c->nccl_hostid_per_rank};
+    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, &pg, err, errlen))
         return -1;
     r->dist_ok = true;
     return 0;

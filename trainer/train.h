@@ -68,6 +68,8 @@ typedef struct TrainConfig {
     DdpConfig ddp;
     const char *backend;
     int timeout_s, rdzv_timeout_s;
+    // nccl_hostid=rank: each NCCL rank poses as a host of its own (PgOptions), test-only.
+    bool nccl_hostid_per_rank;
     const Fault *faults; // fault injection (fault.h), n_faults of them
     int n_faults;
     // The probe (trace.h): trace_dir NULL or "" is off; argc/argv are recorded as metadata.

@@ -329,6 +329,10 @@ expect_rank0_error "ddpdbg-train train: find_unused_parameters must be true or f
     find_unused_parameters=yes
 expect_rank0_error "ddpdbg-train train: rdzv_timeout must be an integer in [1, 86400], got '0'" \
     rdzv_timeout=0
+expect_rank0_error "ddpdbg-train train: nccl_hostid=host: expected rank or off" \
+    backend=nccl nccl_hostid=host
+DDPDBG_NCCL_HOSTID=1 expect_rank0_error \
+    "ddpdbg-train train: DDPDBG_NCCL_HOSTID=1: expected rank or off" backend=nccl
 TORCH_DISTRIBUTED_DEBUG=LOUD expect_rank0_error \
     "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=LOUD: expected OFF, INFO or DETAIL"
 # A fault=unused pattern that names no parameter: one line, exit 2 (checked once the model is

@@ -42,7 +42,7 @@ bad_usage "ddpdbg run: unknown option '--fast' (see ddpdbg run --help)" run --fa
 bad_usage "ddpdbg run: nothing after -- (expected ddpdbg-train arguments)" run --
 bad_usage "ddpdbg run: --node-rank must be in [0, 2) for --nnodes 2, got 2" \
     run --nnodes 2 --node-rank 2 -- params
-bad_usage "ddpdbg: unknown command 'fly' (expected run, tui, report, export, scenario, explain or import-fr; see ddpdbg --help)" fly
+bad_usage "ddpdbg: unknown command 'fly' (expected run, env, tui, report, export, scenario, explain or import-fr; see ddpdbg --help)" fly
 
 # --- two ranks of ddpdbg-train params: every line, prefixed, on stdout ----------------------
 "$train" params model=rtdetr-tiny.yaml >"$tmp/direct"
