@@ -7,6 +7,7 @@
 #include "tui/diagnosis/diagnose.h"
 
 #include <sqlite3.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -114,6 +115,33 @@ static void test_examples(void) {
     EXPECT(n && has(f[0].explanation, "0 ground-truth boxes") &&
                has(f[0].explanation, "would have hung"),
            "why it mattered");
+    done(&m, f, n);
+
+    // bucket_cap: rank 1's caps differ and the settings check is off (PyTorch's behaviour): a
+    // real trace of different layouts, the root cause of the divergence at the first bucket
+    f = run("traces/examples/bucket_cap", &m, &n);
+    EXPECT(n >= 2 && f[0].kind == FINDING_LAYOUT_MISMATCH && f[0].bucket == 0 && f[0].iter == 0,
+           "bucket_cap: first finding %s", n ? f[0].title : "none");
+    EXPECT(n && has(f[0].explanation, "rank 0 has 2 buckets and rank 1 has 5"),
+           "the two layouts: %s", n ? f[0].explanation : "");
+    for (int i = 1; i < n; i++)
+        if (f[i].kind == FINDING_COLLECTIVE_MISMATCH)
+            EXPECT(f[i].cause == 0, "the divergence follows from the layouts");
+    done(&m, f, n);
+
+    // shape: DDP's construction check, named as the model mismatch with both shapes
+    f = run("traces/examples/shape", &m, &n);
+    EXPECT(n >= 2 && f[0].kind == FINDING_MODEL_MISMATCH && f[0].n_params == 1 &&
+               f[0].params[0] == 282,
+           "shape: first finding %s", n ? f[0].title : "none");
+    EXPECT(n && !strcmp(f[0].title, "the ranks built different models: params[282] "
+                                    "(model.27.denoising_class_embed.weight) has sizes [4, 64] on "
+                                    "rank 1, [3, 64] on rank 0"),
+           "title '%s'", n ? f[0].title : "");
+    int err = -1;
+    for (int i = 0; i < n && err < 0; i++)
+        if (f[i].kind == FINDING_ERROR && has(f[i].explanation, "appears not to match")) err = i;
+    EXPECT(err > 0 && f[err].cause == 0, "rank 1's error follows from the model mismatch");
     done(&m, f, n);
 }
 
@@ -342,7 +370,7 @@ static void test_peer_closed(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_diagnose.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("no temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_examples();
     test_synthetic();
     test_peer_closed();

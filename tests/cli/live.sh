@@ -6,11 +6,11 @@
 # collective rank 1 waits in, the top fix -- and the banner naming rank 0; the Parameters view
 # (key 3) the unreported dec_bbox_head tensors grouped;
 # on a real hang (fault=skip_backward, both ranks alive) the HANG banner appears within 5 s of
-# the watchdog's threshold; q leaves the view and stops the run. Skipped without tmux.
+# the watchdog's threshold; q leaves the view and stops the run. A failure without tmux.
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(realpath "$(dirname "$train")/ddpdbg")
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-command -v tmux >/dev/null || { echo "skip: no tmux"; exit 77; }
+command -v tmux >/dev/null || { echo "FAIL: no tmux (make deps)"; exit 1; }
 clear_rank_env TMUX
 # One tmux server per session (killing a server's only session ends it; a session asked of a
 # server while it exits fails: "server exited unexpectedly").

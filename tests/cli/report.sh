@@ -53,7 +53,8 @@ for s in $(cut -d' ' -f1 "$tmp/list"); do
     case $s in
         healthy) kind=;; field_report|unused_head) kind=unused_some_ranks;; unused_all) kind=unused_all_ranks;;
         find_unused) kind=unused_handled;; skip_backward) kind=skipped_backward;; uneven) kind=uneven_batches;;
-        no_sync_one_rank) kind=no_sync_mismatch;; bucket_cap|shape) kind=error;; kill) kind=dead_rank;;
+        no_sync_one_rank) kind=no_sync_mismatch;; bucket_cap) kind=layout_mismatch;;
+        shape) kind=model_mismatch;; kill) kind=dead_rank;;
         straggler) kind=straggler;; *) echo "FAIL: scenario $s has no expected finding here"; fail=1; continue;;
     esac
     if [ -n "$kind" ]; then
@@ -107,6 +108,7 @@ mkdir -p "$tmp/empty"
 refused "no rank files" "holds no rank<R>.db files" report "$tmp/empty"
 mkdir -p "$tmp/foreign" && echo "not sqlite at all, but long enough to look like something" >"$tmp/foreign/rank0.db"
 refused "a non-SQLite rank file" "$tmp/foreign/rank0.db" report "$tmp/foreign"
+command -v sqlite3 >/dev/null || { echo "FAIL: no sqlite3 command (make deps)"; fail=1; }
 if command -v sqlite3 >/dev/null; then
     mkdir -p "$tmp/newer" && cp "$examples/healthy/rank0.db" "$tmp/newer/rank0.db"
     sqlite3 "$tmp/newer/rank0.db" "PRAGMA user_version = 99"
@@ -121,6 +123,7 @@ refused "export to an unwritable file" "cannot write $tmp/no/such/dir.json" expo
 "$ddpdbg" report --help >"$tmp/out" 2>&1 && grep -q '^usage: ddpdbg report DIR' "$tmp/out" || { echo "FAIL: report --help"; fail=1; }
 
 # --- export ---------------------------------------------------------------------------------------
+command -v python3 >/dev/null || { echo "FAIL: no python3 (make deps): the exports are not parsed"; fail=1; }
 for s in field_report skip_backward kill; do
     "$ddpdbg" export "$examples/$s" --chrome "$tmp/$s.json" >"$tmp/out" 2>"$tmp/err" ||
         { echo "FAIL: export $s exited $?: $(cat "$tmp/err")"; fail=1; continue; }

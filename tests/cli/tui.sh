@@ -6,14 +6,11 @@
 # box-head parameters grouped, the divergence at the collective rank 0 never issued; bad
 # directories exit 2 with one line), then driven in tmux like a user (send-keys, capture-pane):
 # the views switch with 1-6 and Tab, ? shows the help, a resize re-lays the screen (and a tiny
-# one says so), q quits with status 0; the teaching mode steps with space. The tmux part is
-# skipped (77) without tmux. DDPDBG overrides the ddpdbg binary (default: next to TRAIN).
+# one says so), q quits with status 0; the teaching mode steps with space. A missing tmux
+# is a failure. DDPDBG overrides the ddpdbg binary (default: next to TRAIN).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=${DDPDBG:-$(dirname "$train")/ddpdbg}
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-if "$ddpdbg" tui --help 2>&1 | grep -q "unknown command"; then
-    echo "skip: $ddpdbg has no tui command (tui/main.c does not call tui_command yet)"; exit 77
-fi
 clear_rank_env NO_COLOR
 
 check() { # description, condition...
@@ -92,7 +89,7 @@ check "the trace was not written to" [ -z "$(find "$tmp/t" -newer "$tmp/run.err"
 [ $fail = 0 ] || { echo "--- last frame:"; cat "$tmp/frame"; exit 1; }
 
 # --- in tmux, like a user -------------------------------------------------------------------------
-command -v tmux >/dev/null || { echo "skip: no tmux (apt-get install tmux); the --once checks passed"; exit 77; }
+command -v tmux >/dev/null || { echo "FAIL: no tmux (make deps); the --once checks passed"; exit 1; }
 # Each session gets a tmux server of its own (socket ddpdbg-tui-test-PID-N): killing the only
 # session of a server ends that server, and a new session asked of it while it exits fails
 # ("server exited unexpectedly", seen under ASan).

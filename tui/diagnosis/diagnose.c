@@ -517,13 +517,16 @@ static void link_causes(Diag *d) {
     static const FindingKind roots[] = {FINDING_UNUSED_SOME_RANKS, FINDING_UNUSED_ALL_RANKS,
                                         FINDING_SKIPPED_BACKWARD,  FINDING_NO_SYNC_MISMATCH,
                                         FINDING_UNEVEN_BATCHES,    FINDING_LAYOUT_MISMATCH,
-                                        FINDING_DEAD_RANK};
+                                        FINDING_DEAD_RANK,         FINDING_MODEL_MISMATCH};
     int root = -1;
     for (size_t k = 0; k < sizeof roots / sizeof *roots && root < 0; k++)
         root = first_of(d, roots[k], -1);
     for (int i = 0; i < d->n; i++) {
         Finding *f = &d->f[i];
         if (f->kind == FINDING_ERROR) {
+            if (strstr(f->explanation, "appears not to match") ||
+                strstr(f->explanation, "DDP expects same model across all ranks"))
+                f->cause = first_of(d, FINDING_MODEL_MISMATCH, -1); // construction's check
             if (!strncmp(f->explanation, "Expected to have finished reduction", 35)) {
                 int c = first_of(d, FINDING_UNUSED_SOME_RANKS, f->ranks[0]);
                 if (c < 0) c = first_of(d, FINDING_UNUSED_ALL_RANKS, f->ranks[0]);
@@ -584,7 +587,8 @@ static void order_findings(Diag *d) {
 int diagnose(const Model *m, Finding **out) {
     Diag d = {.m = m};
     void (*rules[])(Diag *) = {
-        rule_unused,     rule_skipped_backward, rule_no_sync, rule_uneven, rule_layouts,
+        rule_model_mismatch, rule_unused, rule_skipped_backward, rule_no_sync, rule_uneven,
+        rule_layouts,
         rule_dead,       rule_mismatch,         rule_hang,    rule_errors, rule_straggler,
         rule_incomplete, rule_find_unused};
     for (size_t k = 0; k < sizeof rules / sizeof *rules; k++)
@@ -622,7 +626,8 @@ const char *finding_kind_name(FindingKind kind) {
         [FINDING_STRAGGLER] = "straggler",
         [FINDING_TRACE_INCOMPLETE] = "trace_incomplete",
         [FINDING_UNUSED_HANDLED] = "unused_handled",
-        [FINDING_FIND_UNUSED_IDLE] = "find_unused_idle"};
+        [FINDING_FIND_UNUSED_IDLE] = "find_unused_idle",
+        [FINDING_MODEL_MISMATCH] = "model_mismatch"};
     return kind >= 0 && kind < FINDING_KIND_COUNT ? names[kind] : "?";
 }
 

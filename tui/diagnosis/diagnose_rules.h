@@ -68,5 +68,7 @@ void rule_no_sync(Diag *d);
 void rule_uneven(Diag *d);
 void rule_layouts(Diag *d);
 void rule_find_unused(Diag *d);
+// The construction rule (diagnose_setup.c): ranks whose models differ.
+void rule_model_mismatch(Diag *d);
 
 #endif

@@ -27,6 +27,7 @@
 #include "tui/diagnosis/rootcause.h" // report_print_root_cause: why a failed run failed
 #include "tui/views/tui.h" // tui_live
 #include "tui/launch/watchdog.h"
+#include "tui/launch/foreign.h" // rank programs other than ddpdbg-train, torchrun commands
 
 enum {
     MAX_PROC_PER_NODE = 1024,
@@ -94,6 +95,11 @@ void launch_print_usage(FILE *f) {
             "                       kill with --no-tui, wait in the live view)\n"
             "  --no-tui             plain prefixed output instead of the live view (the\n"
             "                       view opens when stdin and stdout are a terminal)\n"
+            "any other program runs instead of ddpdbg-train (ddpdbg run -- python train.py ARGS);\n"
+            "a Python one traces itself once it imports torch (python/sitecustomize.py on\n"
+            "PYTHONPATH). torchrun commands are understood and started by ddpdbg itself:\n"
+            "  ddpdbg run -- torchrun --nproc_per_node=2 train.py ARGS\n"
+            "  ddpdbg run -- python -m torch.distributed.run --nproc-per-node 2 train.py ARGS\n"
             "example: ddpdbg run --nproc-per-node 2 -- train model=rtdetr-tiny.yaml "
             "data=d.yaml\n",
             STOP_GRACE_MS / 1000);
@@ -603,12 +609,49 @@ static void run_live(Launcher *L, const char *dir, FILE *log) {
     }
 }
 
+// torchrun's topology options (torchrun_args.h) as ours; one given both ways must agree.
+// Returns 0, or -1 after one line.
+static int apply_torchrun(LaunchOptions *opt, const TorchrunArgs *tr) {
+    const LaunchOptions defaults = {.n_proc_per_node = 1, .n_nodes = 1, .master_port = 29500};
+    struct { const char *name; int theirs, *ours, fallback; } ints[] = {
+        {"--nproc-per-node", tr->nproc_per_node, &opt->n_proc_per_node, defaults.n_proc_per_node},
+        {"--nnodes", tr->nnodes, &opt->n_nodes, defaults.n_nodes},
+        {"--node-rank", tr->node_rank, &opt->node_rank, 0},
+        {"--master-port", tr->master_port, &opt->master_port, defaults.master_port},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].theirs < 0) continue;
+        if (*ints[i].ours != ints[i].fallback && *ints[i].ours != ints[i].theirs) {
+            fprintf(stderr, "ddpdbg run: %s is %d for ddpdbg but %d in the torchrun command\n",
+                    ints[i].name, *ints[i].ours, ints[i].theirs);
+            return -1;
+        }
+        *ints[i].ours = ints[i].theirs;
+    }
+    if (tr->master_addr) opt->master_addr = tr->master_addr;
+    if (opt->node_rank >= opt->n_nodes) {
+        fprintf(stderr, "ddpdbg run: --node-rank must be in [0, %d) for --nnodes %d, got %d\n",
+                opt->n_nodes, opt->n_nodes, opt->node_rank);
+        return -1;
+    }
+    return 0;
+}
+
 int launch_run_command(int argc, char **argv) {
     LaunchOptions opt;
     int parsed = parse_options(argc, argv, &opt);
     if (parsed) return parsed == 1 ? 0 : 2;
     char program[PATH_MAX];
-    if (launch_rank_program(program, sizeof program)) return 2;
+    // $DDPDBG_TRAIN names the rank program (tests' stand-ins): the arguments are all its own
+    const char *train_override = getenv("DDPDBG_TRAIN");
+    bool foreign = !(train_override && *train_override) &&
+                   !foreign_is_trainer_command(opt.train_argv[0]);
+    if (foreign) {
+        TorchrunArgs tr;
+        int r = foreign_program(&opt.train_argc, &opt.train_argv, program, sizeof program, &tr);
+        if (r == 2 || (r == 1 && apply_torchrun(&opt, &tr))) return 2;
+    } else if (launch_rank_program(program, sizeof program))
+        return 2;
     char token[33];
     make_run_token(token);
     char trace_dir[PATH_MAX] = "";
@@ -622,6 +665,7 @@ int launch_run_command(int argc, char **argv) {
             return 2;
         }
         setenv("DDPDBG_TRACE_DIR", trace_dir, 1); // every rank inherits it
+        if (foreign) foreign_python_environment(program);
         fprintf(stderr, "ddpdbg run: tracing to %s\n", trace_dir);
     } else {
         unsetenv("DDPDBG_TRACE_DIR");

@@ -1,7 +1,7 @@
 /* view_timeline.c -- the Timeline view: per rank two rows over time, compute (F forward,
  * B backward, o optimizer step; blank: data loading, waiting) and communication (= allreduce,
- * ~ other collectives, in flight until completed; ! where a collective never completed, X where
- * the rank errored), with the time cursor as a column of '|'. + and - zoom around the window's
+ * ~ other collectives, in flight until completed; # where a collective's GPU kernel ran, from
+ * CUPTI; ! where a collective never completed, X where the rank errored), with the time cursor as a column of '|'. + and - zoom around the window's
  * centre, h and l pan, j and k scroll through the ranks. */
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +64,12 @@ static void draw_rank(Screen *s, Rect plot, int row, const Axis *a, const Model 
             paint(s, plot, row + 1, a, c->t_launch_ns, c->t_launch_ns, '!', ST_BAD);
         }
     }
+    for (int i = 0; i < rk->n_gpu; i++) { // kernels under their collective
+        const ModelGpu *g = &rk->gpu[i];
+        if (g->kind == PROBE_GPU_KERNEL && g->coll_seq > 0 && g->t_start_ns)
+            paint(s, plot, row + 1, a, g->t_start_ns, g->t_end_ns ? g->t_end_ns : end, '#',
+                  ST_COMM);
+    }
     if (rk->state == RANK_ERRORED)
         paint(s, plot, row, a, rk->last_event_ns, rk->last_event_ns, 'X', ST_BAD);
 }
@@ -82,7 +88,8 @@ void view_timeline(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     facts_fmt_offset(w, w, span, sizeof span);
     r = view_context(
         s, r,
-        "%s .. %s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other ! never done X error",
+        "%s .. %s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other # its GPU kernel "
+        "! never done X error",
         lo, hi, span, (double)whole / (double)(a.hi - a.lo));
     int per_page = MAX((r.h - 1) / 2, 1);
     if (m->world > per_page) per_page = MAX((r.h - 2) / 2, 1); // and a line saying which ranks
