@@ -13,6 +13,9 @@
 #                  test_probe_cupti
 #   step           one rtdetr-tiny step on the GPU and on the CPU from the same seed: the losses
 #                  agree within 1e-3 relative (fp32 kernels in another order; 4 printed digits)
+#   device-step    test_device_step cuda: one rtdetr-tiny step's 8 loss terms within 1e-4
+#                  relative and every parameter's gradient within 2e-3 of its largest
+#                  magnitude, CUDA against the CPU (the tolerance's reasons: the test's header)
 #   step-memcheck  compute-sanitizer memcheck over that GPU step
 #   field-report   the field report on ONE GPU: 3 ranks of rtdetr-l over Gloo (CUDA tensors
 #                  staged through host memory), rank 0's batch without boxes at iteration 1;
@@ -160,6 +163,13 @@ step_agreement() {
         for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d; m = $i < 0 ? -$i : $i;
             if (d > 1e-3 * m + 1e-4) exit 1 } }'
 }
+device_step() {
+    "$kit/run/test_device_step" cuda >"$work/device_step.out"
+    local rc=$?
+    cat "$work/device_step.out"
+    echo "result: $(grep -a '^cuda vs cpu' "$work/device_step.out" | tail -1)"
+    return $rc
+}
 step_memcheck() {
     "$sanitizer" --tool memcheck --error-exitcode 9 --leak-check no --target-processes all \
         "$train" train $tiny device=0 out="$work/memcheck"
@@ -222,6 +232,7 @@ fi
 step comm_nccl 90 comm_nccl
 step probe_cupti 60 probe_cupti
 step step 120 step_agreement
+step device-step 120 device_step
 [ -n "$sanitizer" ] && step step-memcheck 120 step_memcheck
 step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
