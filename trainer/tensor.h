@@ -67,7 +67,8 @@ void arena_init(Arena *a, Device dev, size_t chunk_bytes);
 // Releases every chunk of both halves. arena_free on a zeroed Arena is a no-op.
 void arena_free(Arena *a);
 // Forgets every allocation but keeps the chunks; everything allocated before is invalid.
-// Each half's chunks are merged into one of its peak size, so a steady-state step reuses a
+// Each half's chunks are merged into one of its peak size plus an eighth (steps whose shapes
+// grow a little with the number of boxes fit), so a steady-state step reuses a
 // single block per half.
 void arena_reset(Arena *a);
 // Both: 64-byte aligned, uninitialised, never NULL (abort when memory is exhausted).

@@ -45,6 +45,7 @@ void train_config_default(TrainConfig *c) {
                        .nbs = 64,
                        .max_grad_norm = 10.0,
                        .augment = true,
+                       .aug = augment_default(),
                        .val = true,
                        .conf = 0.001,
                        .threads = 1,
@@ -237,9 +238,12 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     bool nccl = !strcmp(c->backend, "nccl");
     trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
     if (r->world == 1) return 0;
-    int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
-    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, timeout_s * 1000, err,
-                  errlen))
+    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: tensor data
+    // on a device is the backend's to describe (PgMemory); host arrays until then.
+    PgOptions pg = {.timeout_ms = c->timeout_s > 0 ? c->timeout_s * 1000
+                                                   : pg_default_timeout_ms(c->backend),
+                    .nccl_hostid_per_rank = c->nccl_hostid_per_rank};
+    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, &pg, err, errlen))
         return -1;
     r->dist_ok = true;
     return 0;
@@ -327,6 +331,9 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     else if (e)
         snprintf(err, errlen, "out=%s: cannot create %s: %s", c->out_dir, failed, strerror(e));
     if (e) return -1;
+    // Said before the first epoch, so that a run that fails or hangs does not leave a folder
+    // (by default runs/detect/train under the working directory) nobody was told about.
+    fprintf(r->log, "Results will be saved to %s (out= chooses the folder)\n", c->out_dir);
     snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
     snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
 
@@ -359,7 +366,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
     r->nb = (s.per_rank + c->batch - 1) / c->batch;
     r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
-    r->aug = augment_default();
+    r->aug = c->aug;
     return 0;
 }
 
@@ -440,7 +447,9 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     r->observer.hooks = 0;
     trace_phase(&r->trace, 0, PROBE_PHASE_DATA);
     Batch b = {0};
-    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
+    AugmentConfig aug = r->aug; // close_mosaic: no Mosaic in the last epochs
+    if (!augment_mosaic_on(&aug, epoch, c->epochs)) aug.mosaic = 0;
+    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &aug : NULL,
                    augment_seed(rank_seed(r), epoch), err, errlen))
         return 2;
     Tape *t = &r->tape;
@@ -490,6 +499,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         trace_error(&r->trace, err);
         return 1;
     }
+    // fault=unused: the parameters leave the graph inside the forward, as a detached head
+    // does, so DDP's post-forward search (find_unused_parameters) finds them unused.
+    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
+    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     if (r->ddp_ok) {
         // DDP._post_forward sees the model's output (Ultralytics: the loss); the trainer then
         // scales it by world, as BaseTrainer does (`self.loss *= world_size`).
@@ -506,8 +519,6 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         p->iteration++;
         return 0;
     }
-    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
-    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     trace_phase(&r->trace, PROBE_BACKWARD_BEGIN, PROBE_PHASE_BACKWARD);
     int backward = tape_backward(t, loss, NULL);
     if (no_sync) ddp_no_sync(&r->ddp, false);
