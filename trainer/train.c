@@ -71,7 +71,6 @@ typedef struct Run {
     ScheduleConfig sched;
     Checkpoint ck;
     DeviceChoice device; // where parameters, activations and gradients live
-    PgMemory pg_memory;  // the process group's view of that device (outlives the group)
     Arena step_arena;
     Tape tape;
     bool tape_ok;
@@ -239,13 +238,10 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     bool nccl = !strcmp(c->backend, "nccl");
     trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
     if (r->world == 1) return 0;
-    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: where the
-    // reducer's buckets live (the run's device; NULL on the CPU: host arrays), so NCCL reduces
-    // them in place and Gloo stages them through host memory.
+    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: tensor data
+    // on a device is the backend's to describe (PgMemory); host arrays until then.
     PgOptions pg = {.timeout_ms = c->timeout_s > 0 ? c->timeout_s * 1000
                                                    : pg_default_timeout_ms(c->backend),
-                    .memory = pg_memory_of_backend(backend_need(r->device.dev), r->device.index,
-                                                   NULL, &r->pg_memory),
                     .nccl_hostid_per_rank = c->nccl_hostid_per_rank};
     if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, &pg, err, errlen))
         return -1;
