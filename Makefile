@@ -377,7 +377,7 @@ fuzz: $(FUZZ_BINS) $(FUZZ)/fuzz_seeds
 # non-system shared library they load, in build/gpu-carry/kit.tar.xz (ignored; well under the
 # device tool's 64 MiB). tests/gpu/check.sh, run there, unpacks it. GPU_TESTS: the test
 # binaries it carries (test_NAME).
-GPU_TESTS ?= parity parity_harness comm_nccl probe_cupti
+GPU_TESTS ?= parity parity_harness comm_nccl probe_cupti device_step
 .PHONY: gpu-carry
 gpu-carry:
 	$(MAKE) CUDA=1

@@ -1,4 +1,4 @@
-/* fake_memory.c -- protected regions for the fake device (fake_memory.h). */
+/* fake_memory.c -- doubly mapped regions for the fake device (fake_memory.h). */
 #include "kernels/cpu/fake_memory.h"
 
 #include <execinfo.h>
@@ -10,21 +10,15 @@
 #include "kernels/base.h"
 
 typedef struct Region {
-    char *base;
+    char *base;  // the device address: PROT_NONE
+    char *alias; // the same pages, readable and writable: the kernels' view
     size_t size; // page-rounded
 } Region;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static Region *regions;
 static size_t n_regions, cap_regions, live_bytes;
-static int open_depth; // > 0: every region is PROT_READ|PROT_WRITE
 static bool handler_installed;
-
-static void protect_all(int prot) {
-    for (size_t i = 0; i < n_regions; i++)
-        CHECK(mprotect(regions[i].base, regions[i].size, prot) == 0, "mprotect: %s",
-              strerror(errno));
-}
 
 static long region_of(const void *p) {
     const char *c = p;
@@ -39,7 +33,8 @@ static void on_segv(int sig, siginfo_t *si, void *uctx) {
     if (region_of(si->si_addr) >= 0) {
         static const char msg[] = "fake device: host code touched device memory outside a kernel "
                                   "call or a to_host/to_device copy; the faulting frame is the "
-                                  "line that skipped the backend:\n";
+                                  "line that skipped the backend (addr2line -e BINARY -f -i "
+                                  "OFFSET):\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
         void *frames[32];
@@ -64,19 +59,24 @@ void *fake_memory_alloc(size_t nbytes) {
     CHECK(nbytes > 0, "fake_memory_alloc(0)");
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t size = (nbytes + page - 1) / page * page;
+    int fd = memfd_create("ddpdbg-fake-device", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0)
+        DIE(1, "fake device: cannot make %zu bytes of memory: %s", nbytes, strerror(errno));
+    void *base = mmap(NULL, size, PROT_NONE, MAP_SHARED, fd, 0);
+    void *alias = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED || alias == MAP_FAILED)
+        DIE(1, "fake device: out of memory mapping %zu bytes", nbytes);
     pthread_mutex_lock(&lock);
     install_handler();
-    void *p = mmap(NULL, size, open_depth ? PROT_READ | PROT_WRITE : PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) DIE(1, "fake device: out of memory allocating %zu bytes", nbytes);
     if (n_regions == cap_regions) {
         cap_regions = cap_regions ? 2 * cap_regions : 64;
         regions = xrealloc(regions, sizeof *regions * cap_regions);
     }
-    regions[n_regions++] = (Region){p, size};
+    regions[n_regions++] = (Region){base, alias, size};
     live_bytes += size;
     pthread_mutex_unlock(&lock);
-    return p;
+    return base;
 }
 
 void fake_memory_free(void *p) {
@@ -85,23 +85,21 @@ void fake_memory_free(void *p) {
     long i = region_of(p);
     CHECK(i >= 0 && regions[i].base == p, "fake_memory_free(%p): not a fake-device allocation",
           p);
-    CHECK(munmap(regions[i].base, regions[i].size) == 0, "munmap: %s", strerror(errno));
+    CHECK(munmap(regions[i].base, regions[i].size) == 0 &&
+              munmap(regions[i].alias, regions[i].size) == 0,
+          "munmap: %s", strerror(errno));
     live_bytes -= regions[i].size;
     regions[i] = regions[--n_regions];
     pthread_mutex_unlock(&lock);
 }
 
-void fake_memory_open(void) {
+void *fake_memory_kernel_ptr(const void *p) {
+    if (!p) return NULL;
     pthread_mutex_lock(&lock);
-    if (open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    long i = region_of(p);
+    void *k = i >= 0 ? regions[i].alias + ((const char *)p - regions[i].base) : (void *)p;
     pthread_mutex_unlock(&lock);
-}
-
-void fake_memory_close(void) {
-    pthread_mutex_lock(&lock);
-    CHECK(open_depth > 0, "fake_memory_close without an open");
-    if (--open_depth == 0) protect_all(PROT_NONE);
-    pthread_mutex_unlock(&lock);
+    return k;
 }
 
 bool fake_memory_contains(const void *p) {

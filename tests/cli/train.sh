@@ -5,7 +5,8 @@
 # warns about it, counts it, prints the progress header, a row and the validation `all` row,
 # and writes last.ckpt; lr0=1e10 stops with exit status 1 naming the term and the iteration;
 # without out= the run names runs/detect/train before its first epoch, and git ignores runs/;
-# a train split of corrupt images only is one line, exit 2.
+# a train split of corrupt images only is one line, exit 2; device=tpu and (in a CPU build)
+# device=0 are one line and exit 2.
 source "$(dirname "$0")/lib.sh"
 
 
@@ -21,6 +22,19 @@ expect_error "ddpdbg-train train: 'epochs' given twice" train $tiny epochs=1 epo
 expect_error "ddpdbg-train train: val must be true or false, got 'maybe'" train $tiny val=maybe
 expect_error "ddpdbg-train train: optimizer must be auto, AdamW or SGD, got 'Adam'" train $tiny optimizer=Adam
 expect_error "ddpdbg-train train: expected key=value, got 'rtdetr-tiny'" train rtdetr-tiny
+expect_error "ddpdbg-train train: device=tpu: 'tpu' is not a device; expected cpu, fake, a CUDA index such as 0 or cuda:0, or a list such as 0,1" \
+    train $tiny device=tpu
+# device=0: in a CPU build one line before anything loads; in a CUDA build without a GPU, the
+# device cannot be opened (also one line, exit 2).
+"$train" train $tiny device=0 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+case "$(cat "$tmp/err")" in
+"ddpdbg-train train: device=0: CUDA device 0 requested, but this build has no CUDA backend (build with \`make CUDA=1\`, run build/cuda/bin/ddpdbg-train)") ;;
+"device=cuda: CUDA device 0: "*) ;;
+*) echo "FAIL: device=0: $(cat "$tmp/err")"; fail=1 ;;
+esac
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] ||
+    { echo "FAIL: device=0: exit $rc, $(wc -l <"$tmp/err") lines on stderr"; fail=1; }
 expect_error "$tmp/none.yaml: cannot open: No such file or directory" \
     train model=rtdetr-tiny data="$tmp/none.yaml"
 "$train" train $base data="$d" imgsz=64 >/dev/null 2>"$tmp/err"

@@ -19,6 +19,9 @@
 #                  test_probe_cupti (NCCL kernels tied to their collective by stream order)
 #   step           one rtdetr-tiny step on the GPU and on the CPU from the same seed: the losses
 #                  agree within 1e-3 relative (fp32 kernels in another order; 4 printed digits)
+#   device-step    test_device_step cuda: one rtdetr-tiny step's 12 loss terms within 1e-4
+#                  relative and every parameter's gradient within 2e-3 of its largest
+#                  magnitude, CUDA against the CPU (the tolerance's reasons: the test's header)
 #   step-memcheck  compute-sanitizer memcheck over that GPU step
 #   field-report   the field report on ONE GPU: 3 ranks of rtdetr-l over Gloo (CUDA tensors
 #                  staged through host memory), rank 0's batch without boxes at iteration 1;
@@ -206,6 +209,15 @@ step_agreement() {
         for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d; m = $i < 0 ? -$i : $i;
             if (d > 1e-3 * m + 1e-4) exit 1 } }'
 }
+device_step() { # dry: the fake device against the CPU (bit for bit) instead of CUDA
+    local which=cuda
+    [ "$DRY" = 1 ] && which=
+    "$kit/run/test_device_step" $which >"$work/device_step.out"
+    local rc=$?
+    cat "$work/device_step.out"
+    echo "result: $(grep -a '^[a-z]* vs cpu' "$work/device_step.out" | tail -1)"
+    return $rc
+}
 step_memcheck() {
     "$sanitizer" --tool memcheck --error-exitcode 9 --leak-check no --target-processes all \
         "$train" train $tiny $GPU out="$work/memcheck"
@@ -346,6 +358,7 @@ fi
 step comm_nccl 90 comm_nccl
 step probe_cupti 60 probe_cupti
 step step 120 step_agreement
+step device-step 120 device_step
 [ -n "$sanitizer" ] && gpu_step step-memcheck 120 step_memcheck
 step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
