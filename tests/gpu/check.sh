@@ -26,11 +26,12 @@
 #   nccl           2 ranks over NCCL on the one GPU (per-rank host ids, the explicit opt-in
 #                  nccl_hostid=rank), traced: CUPTI's rows, NCCL kernels tied to collectives
 #   cupti-overhead the same 2-rank NCCL run untraced and traced (probe + CUPTI): both times
-#   attach         tests/cli/attach*.sh, once with gloo and once with NCCL (if present).
-#                  ALIGN WITH HELPER A (branch i12-attach): the scripts are theirs; this step
-#                  passes DDPDBG_ATTACH_BACKEND=gloo|nccl and DDPDBG_ATTACH_DEVICE=cuda and
-#                  expects them to run tests/pytorch/scenario.py on that backend and device
-#                  (NCCL ranks sharing the GPU need NCCL_HOSTID per rank there too)
+#   attach         helper A's attach to real PyTorch DDP (python/ddpdbg, branch i12-attach):
+#                  tests/pytorch/scenario.py's field-report case (nogt) on 2 ranks on the GPU,
+#                  once over gloo, once over NCCL (--nccl-hostid); the report must name rank 0's
+#                  unused box-head parameters 8 9 10 11. ALIGNED WITH i12-attach's scenario.py
+#                  flags (--device cuda, --backend, --nccl-hostid) as of its commit e00e4a3;
+#                  SKIP where python/ddpdbg is not in the checkout
 #   bench          rtdetr-l, 640 px, batch 16: our step time against PyTorch's on the same GPU
 #                  (tests/torch/rtdetr_torch.py --bench, TF32 off in both)
 # It writes OUT/summary.txt (one line per step: PASS/FAIL/SKIP, seconds, what it measured) and
@@ -270,7 +271,27 @@ cupti_overhead() {
     done
     echo "result: rtdetr-l 320 px batch 8, 2 NCCL ranks, 3 iterations: untraced ${plain} s, traced ${traced} s ($(echo "$plain $traced" | awk '{printf "%+.1f %%", ($2 - $1) * 100 / $1}'), start-up included)"
 }
-attach() { bash "$ATTACH_SCRIPT" "$train"; }
+# Helper A's attach (header): ATTACH_BACKEND gloo or nccl. The kit's ddpdbg was built elsewhere:
+# the Python package and the probe library are named to it (tui/launch/foreign.c's settings).
+attach() {
+    local py=python3 dev=(--device cuda) hostid=()
+    [ "$ATTACH_BACKEND" = nccl ] && hostid=(--nccl-hostid)
+    if [ "$DRY" = 1 ]; then # the python that imports torch here, on the CPU
+        dev=()
+        for py in /usr/bin/python3 python3; do "$py" -c 'import torch.distributed' 2>/dev/null && break; done
+    fi
+    DDPDBG_PYTHON_DIR=$PWD/python DDPDBG_PROBE_LIB=$probe_lib timeout -k 5 150 "$ddpdbg" run \
+        --no-tui --nproc-per-node 2 --trace "$work/attach-$ATTACH_BACKEND" -- "$py" \
+        tests/pytorch/scenario.py nogt "${dev[@]}" --backend "$ATTACH_BACKEND" "${hostid[@]}" \
+        >"$work/attach-$ATTACH_BACKEND.out" 2>&1
+    local rc=$?
+    tail -30 "$work/attach-$ATTACH_BACKEND.out"
+    [ $rc -eq 1 ] || { echo "ddpdbg run exited $rc: expected 1 (rank 0's PyTorch error)"; return 1; }
+    "$ddpdbg" report "$work/attach-$ATTACH_BACKEND" --json >"$work/attach-$ATTACH_BACKEND.json" || return 1
+    tr -d '\n' <"$work/attach-$ATTACH_BACKEND.json" | grep -q '"kind": "unused_some_ranks"[^}]*"parameters": \[8, 9, 10, 11\]' ||
+        { echo "the report does not name rank 0's unused parameters 8 9 10 11"; return 1; }
+    echo "result: PyTorch $("$py" -c 'import torch; print(torch.__version__)') DDP over $ATTACH_BACKEND, traced by attach: the report names rank 0's unused parameters 8 9 10 11"
+}
 # Ours: a run of 6 iterations less one of 2, over 4: start-up, the first iteration's cuBLAS and
 # memory-pool warm-up and the data set's loading cancel; the data loading of the iterations
 # themselves (8 threads) stays in. TF32 is off in ours (CUBLAS_DEFAULT_MATH).
@@ -318,21 +339,18 @@ step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 gpu_step nccl 120 nccl_run
 tar -C "$work" -czf "$out/nccl-trace.tar.gz" nccl-trace 2>/dev/null
-# ALIGN WITH HELPER A (i12-attach): see the header; until their tests/cli/attach*.sh exist
-# this step says SKIP.
-attach_scripts=$(ls tests/cli/attach*.sh 2>/dev/null)
-[ -z "$attach_scripts" ] && note "SKIP  attach: no tests/cli/attach*.sh in this checkout (helper A's, branch i12-attach)"
-for ATTACH_SCRIPT in $attach_scripts; do
-    export ATTACH_SCRIPT
-    for DDPDBG_ATTACH_BACKEND in gloo nccl; do
-        export DDPDBG_ATTACH_BACKEND DDPDBG_ATTACH_DEVICE=cuda
-        if [ "$DRY" = 1 ]; then
-            [ $DDPDBG_ATTACH_BACKEND = nccl ] && { note "SKIP  attach $(basename "$ATTACH_SCRIPT" .sh) nccl: dry: needs the GPU"; continue; }
-            DDPDBG_ATTACH_DEVICE=cpu
-        fi
-        step "attach $(basename "$ATTACH_SCRIPT" .sh) $DDPDBG_ATTACH_BACKEND" 90 attach
+# ALIGNED WITH HELPER A (i12-attach): see the header.
+probe_lib=$(ls "$kit"/lib/libddpdbg_probe.so build/cpu/lib/libddpdbg_probe.so 2>/dev/null | head -1)
+export probe_lib
+if [ ! -f tests/pytorch/scenario.py ] || [ ! -d python/ddpdbg ] || [ -z "$probe_lib" ]; then
+    note "SKIP  attach: helper A's attach (python/ddpdbg, tests/pytorch/scenario.py, libddpdbg_probe.so; branch i12-attach) is not in this checkout or kit"
+else
+    for ATTACH_BACKEND in gloo nccl; do
+        export ATTACH_BACKEND
+        if [ "$DRY" = 1 ] && [ $ATTACH_BACKEND = nccl ]; then note "SKIP  attach-nccl: dry: needs the GPU"; continue; fi
+        step "attach-$ATTACH_BACKEND" 90 attach
     done
-done
+fi
 gpu_step bench-ours 150 bench_ours
 gpu_step bench-pytorch 120 bench_pytorch
 gpu_step cupti-overhead 100 cupti_overhead

@@ -5,7 +5,8 @@
 #   bin/        ddpdbg-train and ddpdbg of BUILD (a CUDA=1 build), debug info stripped
 #   tests/      the test binaries named TESTS (test_NAME), stripped likewise
 #   lib/        every shared library they load that is neither glibc's nor NVIDIA's, and
-#               OpenBLAS (loaded at run time by kernels/cpu/blas.c) with its own
+#               OpenBLAS (loaded at run time by kernels/cpu/blas.c) with its own, and
+#               BUILD/lib/*.so (libddpdbg_probe.so, for PyTorch jobs under ddpdbg run)
 #   lib/cxx/    libstdc++ and libgcc_s, for a machine whose own are older than ours (check.sh
 #               adds them only then: a newer system one must win, python's torch needs it)
 # xz because OpenBLAS alone is 36 MB and the device tool carries 64 MiB in all.
@@ -40,6 +41,15 @@ ldd "$stage"/bin/* "$stage"/tests/* "$openblas" 2>/dev/null | awk '$2 == "=>" &&
         esac
     done
 cp -L "$openblas" "$stage/lib/libopenblas.so.0"
+# The probe's library for PyTorch jobs under ddpdbg run (helper A's attach), where built.
+for so in "$build"/lib/*.so; do
+    [ -f "$so" ] || continue
+    strip --strip-debug -o "$stage/lib/$(basename "$so")" "$so"
+    ldd "$so" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+        [[ $name =~ $system || $name =~ $nvidia || $name =~ ^lib(stdc\+\+|gcc_s) ]] ||
+            [ -e "$stage/lib/$name" ] || cp -L "$path" "$stage/lib/$name"
+    done
+done
 
 mkdir -p "$kit"
 tar -C "$stage" -cf - bin tests lib | xz -T2 -6 >"$kit/kit.tar.xz.part"
