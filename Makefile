@@ -118,10 +118,27 @@ BENCHES  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 TRAIN    := $(BIN)/ddpdbg-train
 TUI      := $(wildcard tui/*.c tui/*/*.c)
 VIEWER   := $(if $(TUI),$(BIN)/ddpdbg)
+# libddpdbg_probe.so: the probe with its C ABI for foreign processes (probe/abi.h; the Python
+# attach in python/ddpdbg loads it). Position-independent copies of the probe's objects, built
+# without $(SAN): a sanitizer runtime cannot be loaded into a Python that lacks it.
+PROBE_SO     := $(BUILD)/lib/libddpdbg_probe.so
+PROBE_SO_OBJ := $(patsubst %.c,$(BUILD)/pic/%.o,probe/abi.c probe/probe.c probe/ring.c \
+                probe/tracedb.c) $(BUILD)/pic/gen/schema.o
 
 .PHONY: all test debug bench deps golden clean help format demo examples fake-table
 # The benchmarks are built too (not run): one that no longer compiles shows at once.
-all: $(TRAIN) $(VIEWER) $(TESTS) $(BENCHES)
+all: $(TRAIN) $(VIEWER) $(PROBE_SO) $(TESTS) $(BENCHES)
+
+$(PROBE_SO): $(PROBE_SO_OBJ)
+	@mkdir -p $(@D)
+	$(call Q,LINK)$(CC) -shared -Wl,-z,defs -Wl,-rpath,'$$ORIGIN' $^ -lsqlite3 -lpthread -o $@
+$(BUILD)/pic/gen/schema.o: $(BUILD)/gen/schema.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(CC) $(CPPFLAGS) $(OPT) -g -std=c11 -D_GNU_SOURCE -fPIC -c $< -o $@
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	$(call Q,CC)$(CC) $(CPPFLAGS) $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow \
+	  -Wno-unused-parameter -fvisibility=default -fPIC -c $< -o $@
 
 $(LIB): $(LIBOBJ)
 	$(call Q,AR)rm -f $@ && ar rcs $@ $^
@@ -161,8 +178,17 @@ $(BUILD)/emu/backend_cuda.o: kernels/cuda/backend_cuda.c
 # The post-mortem readers' tests: the pickle and Flight Recorder readers, the log scanner.
 $(BUILD)/tests/test_pickle: $(call obj,tui/postmortem/pickle.c tui/postmortem/flightrec.c tui/postmortem/readall.c)
 $(BUILD)/tests/test_logscan: $(call obj,tui/postmortem/logscan.c)
+# Where `ddpdbg run` and `ddpdbg env` find the attach's Python package and probe library.
+$(BUILD)/tui/launch/foreign.o: CPPFLAGS += -DDDPDBG_PYTHON_DIR='"$(abspath python)"' \
+  -DDDPDBG_PROBE_LIB='"$(abspath $(PROBE_SO))"'
+$(BIN)/ddpdbg: | $(PROBE_SO)
+$(BUILD)/tests/test_torchrun_args: $(call obj,tui/launch/torchrun_args.c)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
+$(BUILD)/tests/test_watchdog: $(call obj,tui/launch/watchdog.c)
+# the first screen on a recorded trace: the model, the diagnosis and its short form
+$(BUILD)/tests/test_tui_render: $(call obj,tui/model/model.c tui/diagnosis/diagnose.c \
+  tui/diagnosis/diagnose_grad.c tui/diagnosis/diagnose_setup.c tui/diagnosis/rootcause.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
 # DEVICE=fake (or cpu): the trainer's default device for the run (DDPDBG_DEVICE, read by
@@ -174,23 +200,26 @@ debug:
 	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT="-O1 -fno-omit-frame-pointer" \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-bench: $(TRAIN) $(BENCHES)
+bench: $(TRAIN) $(BENCHES) $(VIEWER) $(PROBE_SO)
 	@bash tests/run_bench.sh $(BUILD)/tests $(TRAIN)
+	@echo "==== bench_attach (tests/pytorch/bench_attach.py)"
+	@/usr/bin/python3 tests/pytorch/bench_attach.py --ddpdbg $(BIN)/ddpdbg
 
 # The main job on its embedded default, the field report by itself: a synthetic dataset with
 # background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose
-# batch holds no box fails DDP's reduction as in the field report (live in the TUI on a
+# batch holds no box (mosaic=0: a mosaic would give the background image its partners' boxes)
+# fails DDP's reduction as in the field report (live in the TUI on a
 # terminal); the trace stays in $(DEMO)/trace for `bin/ddpdbg report` and `bin/ddpdbg tui`.
 DEMO ?= build/demo
 demo: $(TRAIN) $(VIEWER)
 	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=64 imgsz=96 classes=3 empty=0.25 seed=0
 	-$(BIN)/ddpdbg run --nproc-per-node 2 --trace $(DEMO)/trace -- train model=rtdetr-tiny.yaml \
-	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false out=$(DEMO)/run
+	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false mosaic=0 out=$(DEMO)/run
 	@echo "demo: the trace is in $(DEMO)/trace; see it again with: bin/ddpdbg report $(DEMO)/trace"
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
-            libpng-dev libjpeg-dev libgloo-dev clang tmux python3-torch python3-yaml python3-numpy python3-pil
+            libpng-dev libjpeg-dev libgloo-dev clang tmux iproute2 python3-torch python3-yaml python3-numpy python3-pil
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -56,6 +56,10 @@ typedef struct Backend {
     void (*to_host)(void *dst, const void *src, size_t nbytes);
     // Sets the worker-thread count used by this backend's kernels and its BLAS (n >= 1).
     void (*set_threads)(int n);
+    // Makes device `index` (>= 0) the one this thread's later calls and allocations use
+    // (CUDA: cudaSetDevice). Returns 0, or -1 with one line in why when there is no such
+    // device. The CPU and the fake device have the single index 0.
+    int (*set_device)(int index, char *why, size_t len);
 
     // ---- basic (kernels/cpu/basic.c) ----
     // out[i] = value. out: (n)

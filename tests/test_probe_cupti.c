@@ -25,6 +25,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sqlite3.h>
@@ -501,7 +502,7 @@ static void expect_gpu_trace(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_probe_cupti.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("cannot create a temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_off_is_a_no_op();
     test_synthetic_records();
 

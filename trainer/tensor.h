@@ -67,7 +67,8 @@ void arena_init(Arena *a, Device dev, size_t chunk_bytes);
 // Releases every chunk of both halves. arena_free on a zeroed Arena is a no-op.
 void arena_free(Arena *a);
 // Forgets every allocation but keeps the chunks; everything allocated before is invalid.
-// Each half's chunks are merged into one of its peak size, so a steady-state step reuses a
+// Each half's chunks are merged into one of its peak size plus an eighth (steps whose shapes
+// grow a little with the number of boxes fit), so a steady-state step reuses a
 // single block per half.
 void arena_reset(Arena *a);
 // Both: 64-byte aligned, uninitialised, never NULL (abort when memory is exhausted).
@@ -102,6 +103,14 @@ void tensor_write(Tensor *t, const float *src);
 float tensor_item(const Tensor *t);
 // t->data[i] = value for every i, by the backend's fill kernel.
 void tensor_fill(Tensor *t, float value);
+// dst's data = src's (same numel), by the backend's copy kernel.
+void tensor_copy(Tensor *dst, const Tensor *src);
+// Host loops over whole buffers (the optimizer, the EMA, clipping): host_map gives n floats of
+// device memory `dev_ptr` on the host, the memory itself on the CPU (whose memory is the
+// host's), else a staging copy, read in with to_host when `read`. host_unmap ends the access:
+// writes the staging copy back with to_device when `write_back`, and frees it.
+float *host_map(Device dev, float *dev_ptr, int64_t n, bool read);
+void host_unmap(Device dev, float *dev_ptr, float *host, int64_t n, bool write_back);
 // A host copy of t's data in a fresh xmalloc'd array (the caller frees it).
 float *tensor_host_copy(const Tensor *t);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tui/diagnosis/export.h" // export_command
+#include "tui/launch/foreign.h" // env_command
 #include "tui/launch/launch.h" // launch_run_command
 #include "tui/postmortem/explain.h"   // explain_command
 #include "tui/postmortem/fr_import.h" // import_fr_command
@@ -21,6 +22,8 @@ static void usage(FILE *f) {
                "commands:\n"
                "  run [options] -- TRAIN-ARGS   start the ranks of bin/ddpdbg-train, torchrun\n"
                "                                style (ddpdbg run --help)\n"
+               "  env --trace DIR               the exports that make a PyTorch job's ranks,\n"
+               "                                started by any launcher, trace themselves\n"
                "  tui [--teach] DIR             the views on a saved trace (ddpdbg tui --help)\n"
                "  report DIR [--json]           what went wrong, why, and the fixes; exit 0\n"
                "                                healthy, 1 findings, 2 unreadable trace\n"
@@ -44,6 +47,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "run")) return launch_run_command(argc - 1, argv + 1);
+    if (!strcmp(cmd, "env")) return env_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "tui")) return tui_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return report_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return export_command(argc - 1, argv + 1);
@@ -51,7 +55,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "explain")) return explain_command(argc - 1, argv + 1);
     if (!strcmp(cmd, "import-fr")) return import_fr_command(argc - 1, argv + 1);
     fprintf(stderr,
-            "ddpdbg: unknown command '%s' (expected run, tui, report, export, scenario, explain or "
+            "ddpdbg: unknown command '%s' (expected run, env, tui, report, export, scenario, explain or "
             "import-fr; see ddpdbg --help)\n",
             cmd);
     return 2;

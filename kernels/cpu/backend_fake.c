@@ -20,6 +20,9 @@ static void copy_fake(void *dst, const void *src, size_t nbytes) {
 }
 
 static void set_threads_fake(int n) { backend_cpu.set_threads(n); }
+static int set_device_fake(int index, char *why, size_t len) {
+    return backend_cpu.set_device(index, why, len);
+}
 
 // FAKE(kernel, (parameters), (arguments)): the wrapper fake_<kernel>.
 #define FAKE(name, params, args)                                                                   \
@@ -186,6 +189,7 @@ const Backend backend_fake = {
     .to_device   = copy_fake,
     .to_host     = copy_fake,
     .set_threads = set_threads_fake,
+    .set_device  = set_device_fake,
 
     .fill = fake_fill,
     .copy = fake_copy,

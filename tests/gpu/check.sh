@@ -26,12 +26,12 @@
 #   nccl           2 ranks over NCCL on the one GPU (per-rank host ids, the explicit opt-in
 #                  nccl_hostid=rank), traced: CUPTI's rows, NCCL kernels tied to collectives
 #   cupti-overhead the same 2-rank NCCL run untraced and traced (probe + CUPTI): both times
-#   attach         helper A's attach to real PyTorch DDP (python/ddpdbg, branch i12-attach):
-#                  tests/pytorch/scenario.py's field-report case (nogt) on 2 ranks on the GPU,
-#                  once over gloo, once over NCCL (--nccl-hostid); the report must name rank 0's
-#                  unused box-head parameters 8 9 10 11. ALIGNED WITH i12-attach's scenario.py
-#                  flags (--device cuda, --backend, --nccl-hostid) as of its commit e00e4a3;
-#                  SKIP where python/ddpdbg is not in the checkout
+#   attach         a real PyTorch job (this machine's torch 2.x) under `ddpdbg run`, traced by
+#                  python/ddpdbg and the kit's libddpdbg_probe.so: 2 ranks of
+#                  tests/pytorch/scenario.py on the GPU, once over gloo (CUDA tensors) and once
+#                  over NCCL (per-rank NCCL_HOSTID): a healthy run whose every bucket allreduce
+#                  has its completion (on NCCL: the poller's Work.is_completed), and the field
+#                  report's case, whose report names rank 0's box-head parameters 8..11
 #   bench          rtdetr-l, 640 px, batch 16: our step time against PyTorch's on the same GPU
 #                  (tests/torch/rtdetr_torch.py --bench, TF32 off in both)
 # It writes OUT/summary.txt (one line per step: PASS/FAIL/SKIP, seconds, what it measured) and
@@ -271,28 +271,45 @@ cupti_overhead() {
     done
     echo "result: rtdetr-l 320 px batch 8, 2 NCCL ranks, 3 iterations: untraced ${plain} s, traced ${traced} s ($(echo "$plain $traced" | awk '{printf "%+.1f %%", ($2 - $1) * 100 / $1}'), start-up included)"
 }
-# Helper A's attach (header): ATTACH_BACKEND gloo or nccl. The kit's ddpdbg was built elsewhere:
-# the Python package and the probe library are named to it (tui/launch/foreign.c's settings).
-attach() {
-    local py=python3 dev=(--device cuda) hostid=()
-    [ "$ATTACH_BACKEND" = nccl ] && hostid=(--nccl-hostid)
-    if [ "$DRY" = 1 ]; then # the python that imports torch here, on the CPU
-        dev=()
-        for py in /usr/bin/python3 python3; do "$py" -c 'import torch.distributed' 2>/dev/null && break; done
+# attach_run BACKEND: the two runs of the attach step; python3 is this machine's (torch 2.x).
+# --dry: on the CPU (no --device), with the python that imports torch here (Debian's 1.13).
+attach_run() {
+    local backend=$1 hostid='' t="$work/attach-$1" device=--device=cuda python3=python3
+    [ "$backend" = nccl ] && hostid=--nccl-hostid
+    export DDPDBG_PROBE_LIB=$kit/lib/probe/libddpdbg_probe.so DDPDBG_PYTHON_DIR=$PWD/python
+    if [ "$DRY" = 1 ]; then
+        device='' DDPDBG_PROBE_LIB=$(realpath "$kit/tests/../lib/libddpdbg_probe.so")
+        for python3 in /usr/bin/python3 python3; do "$python3" -c 'import torch.distributed' 2>/dev/null && break; done
+        python3() { command "$python3" "$@"; }
     fi
-    DDPDBG_PYTHON_DIR=$PWD/python DDPDBG_PROBE_LIB=$probe_lib timeout -k 5 150 "$ddpdbg" run \
-        --no-tui --nproc-per-node 2 --trace "$work/attach-$ATTACH_BACKEND" -- "$py" \
-        tests/pytorch/scenario.py nogt "${dev[@]}" --backend "$ATTACH_BACKEND" "${hostid[@]}" \
-        >"$work/attach-$ATTACH_BACKEND.out" 2>&1
-    local rc=$?
-    tail -30 "$work/attach-$ATTACH_BACKEND.out"
-    [ $rc -eq 1 ] || { echo "ddpdbg run exited $rc: expected 1 (rank 0's PyTorch error)"; return 1; }
-    # (report exits 1 when it finds an error: the finding is the point)
-    "$ddpdbg" report "$work/attach-$ATTACH_BACKEND" --json >"$work/attach-$ATTACH_BACKEND.json"
-    tr -d '\n' <"$work/attach-$ATTACH_BACKEND.json" | grep -q '"kind": "unused_some_ranks"[^}]*"parameters": \[8, 9, 10, 11\]' ||
-        { echo "the report does not name rank 0's unused parameters 8 9 10 11"; return 1; }
-    echo "result: PyTorch $("$py" -c 'import torch; print(torch.__version__)') DDP over $ATTACH_BACKEND, traced by attach: the report names rank 0's unused parameters 8 9 10 11"
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- "$python3" \
+        tests/pytorch/scenario.py healthy $device --backend "$backend" $hostid --checksum || return 1
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- "$python3" \
+        tests/pytorch/scenario.py nogt $device --backend "$backend" $hostid
+    echo "ddpdbg run exited $? (rank 0's error is expected)"
+    "$ddpdbg" report "$t-nogt" --json >"$t-nogt.json"
+    "$ddpdbg" report "$t-nogt" | head -30
+    grep -q '"kind": "unused_some_ranks"' "$t-nogt.json" &&
+        tr -d '\n' <"$t-nogt.json" | grep -q '"ranks": \[0\], "iteration": 1, "bucket": 0,[^]]*"parameters": \[8, 9, 10, 11\]' ||
+        { echo "the field report's finding is missing"; return 1; }
+    python3 - "$t-healthy" <<'PY' || return 1
+import sqlite3, sys
+for r in (0, 1):
+    db = sqlite3.connect("%s/rank%d.db" % (sys.argv[1], r))
+    version = db.execute("SELECT value FROM meta WHERE key = 'torch_version'").fetchone()[0]
+    launched = db.execute("SELECT count(*) FROM events WHERE kind = 11 AND text = 'bucket'").fetchone()[0]
+    done = db.execute("SELECT count(*) FROM events WHERE kind = 12 AND text = 'bucket' AND flags & 1").fetchone()[0]
+    hooks = db.execute("SELECT count(*) FROM events WHERE kind = 8 AND flags & 2").fetchone()[0]
+    print("rank %d: torch %s, %d bucket allreduces launched, %d completed, %d marking hooks"
+          % (r, version, launched, done, hooks))
+    if launched == 0 or done != launched or hooks != 4 * 12:
+        sys.exit(1)
+PY
+    echo "result: $backend: healthy run's $(python3 -c 'import torch; print(torch.__version__)') bucket allreduces all completed; field report names parameters 8..11"
 }
+export -f attach_run # step runs each function in a bash of its own
+attach_gloo() { attach_run gloo; }
+attach_nccl() { attach_run nccl; }
 # Ours: a run of 6 iterations less one of 2, over 4: start-up, the first iteration's cuBLAS and
 # memory-pool warm-up and the data set's loading cancel; the data loading of the iterations
 # themselves (8 threads) stays in. TF32 is off in ours (CUBLAS_DEFAULT_MATH).
@@ -340,18 +357,8 @@ step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 gpu_step nccl 120 nccl_run
 tar -C "$work" -czf "$out/nccl-trace.tar.gz" nccl-trace 2>/dev/null
-# ALIGNED WITH HELPER A (i12-attach): see the header.
-probe_lib=$(ls "$kit"/lib/libddpdbg_probe.so build/cpu/lib/libddpdbg_probe.so 2>/dev/null | head -1)
-export probe_lib
-if [ ! -f tests/pytorch/scenario.py ] || [ ! -d python/ddpdbg ] || [ -z "$probe_lib" ]; then
-    note "SKIP  attach: helper A's attach (python/ddpdbg, tests/pytorch/scenario.py, libddpdbg_probe.so; branch i12-attach) is not in this checkout or kit"
-else
-    for ATTACH_BACKEND in gloo nccl; do
-        export ATTACH_BACKEND
-        if [ "$DRY" = 1 ] && [ $ATTACH_BACKEND = nccl ]; then note "SKIP  attach-nccl: dry: needs the GPU"; continue; fi
-        step "attach-$ATTACH_BACKEND" 90 attach
-    done
-fi
+step attach-gloo 120 attach_gloo # --dry too: on the CPU
+gpu_step attach-nccl 120 attach_nccl
 gpu_step bench-ours 150 bench_ours
 gpu_step bench-pytorch 120 bench_pytorch
 gpu_step cupti-overhead 100 cupti_overhead

@@ -5,8 +5,10 @@
 #   bin/        ddpdbg-train and ddpdbg of BUILD (a CUDA=1 build), debug info stripped
 #   tests/      the test binaries named TESTS (test_NAME), stripped likewise
 #   lib/        every shared library they load that is neither glibc's nor NVIDIA's, and
-#               OpenBLAS (loaded at run time by kernels/cpu/blas.c) with its own, and
-#               BUILD/lib/*.so (libddpdbg_probe.so, for PyTorch jobs under ddpdbg run)
+#               OpenBLAS (loaded at run time by kernels/cpu/blas.c) with its own
+#   lib/probe/  libddpdbg_probe.so (the attach's probe, loaded into python) and the libraries it
+#               loads that are not glibc's (SQLite): found beside it ($ORIGIN), so python
+#               itself needs no LD_LIBRARY_PATH
 #   lib/cxx/    libstdc++ and libgcc_s, for a machine whose own are older than ours (check.sh
 #               adds them only then: a newer system one must win, python's torch needs it)
 # xz because OpenBLAS alone is 36 MB and the device tool carries 64 MiB in all.
@@ -15,7 +17,7 @@ set -euo pipefail
 build=$1 kit=$2; shift 2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/tests" "$stage/lib/cxx"
+mkdir -p "$stage/bin" "$stage/tests" "$stage/lib/cxx" "$stage/lib/probe"
 for b in ddpdbg-train ddpdbg; do
     [ -x "$build/bin/$b" ] || { echo "pack.sh: $build/bin/$b is missing (make CUDA=1)" >&2; exit 1; }
     strip --strip-debug -o "$stage/bin/$b" "$build/bin/$b"
@@ -25,6 +27,12 @@ for t in "$@"; do
     strip --strip-debug -o "$stage/tests/test_$t" "$build/tests/test_$t"
 done
 
+probe_so=$build/lib/libddpdbg_probe.so
+[ -f "$probe_so" ] || { echo "pack.sh: $probe_so is missing (make CUDA=1)" >&2; exit 1; }
+cp "$probe_so" "$stage/lib/probe/"
+ldd "$probe_so" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ ^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt)\.so ]] || cp -L "$path" "$stage/lib/probe/$name"
+done
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
 [ -e "$openblas" ] || openblas=$(ldconfig -p | awk '/libopenblas.so.0 /{print $NF; exit}')
 [ -e "$openblas" ] || { echo "pack.sh: no libopenblas.so.0 (make deps)" >&2; exit 1; }
@@ -41,15 +49,6 @@ ldd "$stage"/bin/* "$stage"/tests/* "$openblas" 2>/dev/null | awk '$2 == "=>" &&
         esac
     done
 cp -L "$openblas" "$stage/lib/libopenblas.so.0"
-# The probe's library for PyTorch jobs under ddpdbg run (helper A's attach), where built.
-for so in "$build"/lib/*.so; do
-    [ -f "$so" ] || continue
-    strip --strip-debug -o "$stage/lib/$(basename "$so")" "$so"
-    ldd "$so" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
-        [[ $name =~ $system || $name =~ $nvidia || $name =~ ^lib(stdc\+\+|gcc_s) ]] ||
-            [ -e "$stage/lib/$name" ] || cp -L "$path" "$stage/lib/$name"
-    done
-done
 
 mkdir -p "$kit"
 tar -C "$stage" -cf - bin tests lib | xz -T2 -6 >"$kit/kit.tar.xz.part"

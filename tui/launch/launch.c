@@ -24,8 +24,10 @@
 
 #include "kernels/base.h" // CHECK, xcalloc, xrealloc
 #include "probe/probe.h"  // probe_drain
+#include "tui/diagnosis/rootcause.h" // report_print_root_cause: why a failed run failed
 #include "tui/views/tui.h" // tui_live
 #include "tui/launch/watchdog.h"
+#include "tui/launch/foreign.h" // rank programs other than ddpdbg-train, torchrun commands
 
 enum {
     MAX_PROC_PER_NODE = 1024,
@@ -93,6 +95,11 @@ void launch_print_usage(FILE *f) {
             "                       kill with --no-tui, wait in the live view)\n"
             "  --no-tui             plain prefixed output instead of the live view (the\n"
             "                       view opens when stdin and stdout are a terminal)\n"
+            "any other program runs instead of ddpdbg-train (ddpdbg run -- python train.py ARGS);\n"
+            "a Python one traces itself once it imports torch (python/sitecustomize.py on\n"
+            "PYTHONPATH). torchrun commands are understood and started by ddpdbg itself:\n"
+            "  ddpdbg run -- torchrun --nproc_per_node=2 train.py ARGS\n"
+            "  ddpdbg run -- python -m torch.distributed.run --nproc-per-node 2 train.py ARGS\n"
             "example: ddpdbg run --nproc-per-node 2 -- train model=rtdetr-tiny.yaml "
             "data=d.yaml\n",
             STOP_GRACE_MS / 1000);
@@ -323,7 +330,7 @@ static void default_trace_dir(const LaunchOptions *opt, char *out, size_t len) {
 
 // Drains the ring of every local rank that did not close its probe (killed, crashed): what it
 // committed goes into its database. Prints one line per drained rank.
-static void drain_rings(const char *dir, const Rank *ranks, int n) {
+static void drain_rings(const char *dir, const Rank *ranks, int n, FILE *out) {
     for (int i = 0; i < n; i++) {
         char ring[PATH_MAX + 32], db[PATH_MAX + 32], err[512];
         snprintf(ring, sizeof ring, "%s/rank%d.ring", dir, ranks[i].rank);
@@ -331,10 +338,10 @@ static void drain_rings(const char *dir, const Rank *ranks, int n) {
         if (access(ring, F_OK) != 0) continue; // closed cleanly: the probe removed it
         ProbeDrainReport rep;
         if (probe_drain(ring, db, &rep, err, sizeof err)) {
-            fprintf(stderr, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
+            fprintf(out, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
             continue;
         }
-        fprintf(stderr,
+        fprintf(out,
                 "ddpdbg run: rank %d's ring drained into %s: %llu events recovered%s\n",
                 ranks[i].rank, db, (unsigned long long)rep.inserted,
                 rep.in_flight ? " (one being written when it died was incomplete)" : "");
@@ -465,6 +472,7 @@ typedef struct Launcher {
     bool *exited;
     Watchdog *dog;
     FILE *messages; // the watchdog's summary and the launcher's own lines
+    const char *live_dir; // the live view's trace: drained as soon as the run ends
     struct pollfd *pfds;
     RankStream **polled;
     int *polled_rank;
@@ -572,6 +580,10 @@ static TuiRunState live_state(void *ctx, int *exit_status) {
         return TUI_RUN_INTERRUPTED;
     }
     if (!L->done) return TUI_RUN_GOING;
+    if (L->live_dir) { // the view's last look includes what the stopped ranks left in their rings
+        drain_rings(L->live_dir, L->ranks, L->n, L->messages);
+        L->live_dir = NULL;
+    }
     *exit_status = launcher_exit_status(L);
     return TUI_RUN_ENDED;
 }
@@ -582,6 +594,7 @@ static void live_poll(void *ctx) { launcher_step(ctx, 0); }
 // terminal the run goes on in plain mode (its output already goes to the log).
 static void run_live(Launcher *L, const char *dir, FILE *log) {
     L->messages = log;
+    L->live_dir = dir;
     TuiRun run = {.state = live_state, .poll = live_poll, .ctx = L, .linger = true};
     char err[512];
     int rc = tui_live(dir, &run, err, sizeof err);
@@ -596,12 +609,49 @@ static void run_live(Launcher *L, const char *dir, FILE *log) {
     }
 }
 
+// torchrun's topology options (torchrun_args.h) as ours; one given both ways must agree.
+// Returns 0, or -1 after one line.
+static int apply_torchrun(LaunchOptions *opt, const TorchrunArgs *tr) {
+    const LaunchOptions defaults = {.n_proc_per_node = 1, .n_nodes = 1, .master_port = 29500};
+    struct { const char *name; int theirs, *ours, fallback; } ints[] = {
+        {"--nproc-per-node", tr->nproc_per_node, &opt->n_proc_per_node, defaults.n_proc_per_node},
+        {"--nnodes", tr->nnodes, &opt->n_nodes, defaults.n_nodes},
+        {"--node-rank", tr->node_rank, &opt->node_rank, 0},
+        {"--master-port", tr->master_port, &opt->master_port, defaults.master_port},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].theirs < 0) continue;
+        if (*ints[i].ours != ints[i].fallback && *ints[i].ours != ints[i].theirs) {
+            fprintf(stderr, "ddpdbg run: %s is %d for ddpdbg but %d in the torchrun command\n",
+                    ints[i].name, *ints[i].ours, ints[i].theirs);
+            return -1;
+        }
+        *ints[i].ours = ints[i].theirs;
+    }
+    if (tr->master_addr) opt->master_addr = tr->master_addr;
+    if (opt->node_rank >= opt->n_nodes) {
+        fprintf(stderr, "ddpdbg run: --node-rank must be in [0, %d) for --nnodes %d, got %d\n",
+                opt->n_nodes, opt->n_nodes, opt->node_rank);
+        return -1;
+    }
+    return 0;
+}
+
 int launch_run_command(int argc, char **argv) {
     LaunchOptions opt;
     int parsed = parse_options(argc, argv, &opt);
     if (parsed) return parsed == 1 ? 0 : 2;
     char program[PATH_MAX];
-    if (launch_rank_program(program, sizeof program)) return 2;
+    // $DDPDBG_TRAIN names the rank program (tests' stand-ins): the arguments are all its own
+    const char *train_override = getenv("DDPDBG_TRAIN");
+    bool foreign = !(train_override && *train_override) &&
+                   !foreign_is_trainer_command(opt.train_argv[0]);
+    if (foreign) {
+        TorchrunArgs tr;
+        int r = foreign_program(&opt.train_argc, &opt.train_argv, program, sizeof program, &tr);
+        if (r == 2 || (r == 1 && apply_torchrun(&opt, &tr))) return 2;
+    } else if (launch_rank_program(program, sizeof program))
+        return 2;
     char token[33];
     make_run_token(token);
     char trace_dir[PATH_MAX] = "";
@@ -615,6 +665,7 @@ int launch_run_command(int argc, char **argv) {
             return 2;
         }
         setenv("DDPDBG_TRACE_DIR", trace_dir, 1); // every rank inherits it
+        if (foreign) foreign_python_environment(program);
         fprintf(stderr, "ddpdbg run: tracing to %s\n", trace_dir);
     } else {
         unsetenv("DDPDBG_TRACE_DIR");
@@ -727,7 +778,7 @@ int launch_run_command(int argc, char **argv) {
     watchdog_free(L.dog);
     free(L.exited);
     if (trace_dir[0]) {
-        drain_rings(trace_dir, ranks, n);
+        drain_rings(trace_dir, ranks, n, stderr);
         record_fates(trace_dir, ranks, n, L.first_failed);
     }
     if (L.first_failed >= 0 || L.user_signal)
@@ -736,6 +787,10 @@ int launch_run_command(int argc, char **argv) {
     if (L.hang && opt.on_hang_kill && L.first_failed < 0 && !L.user_signal && !L.spawn_failed)
         fprintf(stderr, "ddpdbg run: stopped after a hang (exit 124)\n");
     if (live) fprintf(stderr, "ddpdbg run: the ranks' output is in %s/output.log\n", trace_dir);
+    // A failed or hung run ends on why (the report's short form), after the ranks' errors, so
+    // that a CI log or a cluster job's output says it; not after the user stopped it.
+    if (trace_dir[0] && exit_status != 0 && !L.user_signal && !L.spawn_failed)
+        report_print_root_cause(trace_dir, stderr);
     free(L.polled_rank);
     free(L.polled);
     free(L.pfds);

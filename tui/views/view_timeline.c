@@ -84,12 +84,11 @@ void view_timeline(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     a.cols = MAX(r.w - LABEL_W, 1);
     char lo[16], hi[16], span[16];
     int64_t w = a.hi - a.lo;
-    facts_fmt_offset(a.lo - m->t0_ns, w, lo, sizeof lo),
-        facts_fmt_offset(a.hi - m->t0_ns, w, hi, sizeof hi);
+    facts_fmt_at(a.lo - m->t0_ns, w, lo, sizeof lo), facts_fmt_at(a.hi - m->t0_ns, w, hi, sizeof hi);
     facts_fmt_offset(w, w, span, sizeof span);
     r = view_context(
         s, r,
-        "+%s .. +%s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other # its GPU kernel "
+        "%s .. %s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other # its GPU kernel "
         "! never done X error",
         lo, hi, span, (double)whole / (double)(a.hi - a.lo));
     int per_page = MAX((r.h - 1) / 2, 1);
@@ -101,7 +100,7 @@ void view_timeline(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     for (int col = 0; col + 8 <= a.cols; col += 16) {
         char tick[16];
         int64_t t = a.lo + (int64_t)((double)col / a.cols * (double)(a.hi - a.lo));
-        snprintf(tick, sizeof tick, "|+%s", facts_fmt_offset(t - m->t0_ns, w, span, sizeof span));
+        snprintf(tick, sizeof tick, "|%s", facts_fmt_at(t - m->t0_ns, w, span, sizeof span));
         rect_put(s, rect_make(r.y, r.x + LABEL_W, 1, a.cols), 0, col, ST_DIM, tick);
     }
     int64_t end = ui_time(ui, m) == INT64_MAX ? (ui->live ? MAX(ui->now_ns, m->t1_ns) : m->t1_ns)
