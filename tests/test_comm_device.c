@@ -372,6 +372,19 @@ int main(void) {
     PgMemory unused;
     EXPECT(!pg_memory_of_backend(backend_need(DEV_CPU), 0, NULL, &unused),
            "the CPU's tensors are host arrays");
+    Backend cuda_like = *backend_need(DEV_FAKE); // CUDA's fields, without a GPU
+    cuda_like.dev = DEV_CUDA, cuda_like.name = "cuda";
+    int stream_stand_in;
+    const PgMemory *m = pg_memory_of_backend(&cuda_like, 1, &stream_stand_in, &unused);
+    EXPECT(m && m->cuda && m->cuda_device == 1 && m->stream == &stream_stand_in &&
+               m->to_host == cuda_like.to_host && m->host_alloc == pg_pinned_alloc &&
+               m->host_free == pg_pinned_free,
+           "CUDA memory: NCCL's device and stream, page-locked staging");
+#ifdef DDPDBG_HAVE_NCCL
+    EXPECT(pg_pinned_alloc && pg_pinned_free, "a build with CUDA's runtime pins its staging");
+#else
+    EXPECT(!pg_pinned_alloc && !pg_pinned_free, "a build without CUDA's runtime mallocs");
+#endif
     options();
     share_id_after_store_wait();
     return expect_report();

@@ -71,6 +71,7 @@ typedef struct Run {
     ScheduleConfig sched;
     Checkpoint ck;
     DeviceChoice device; // where parameters, activations and gradients live
+    PgMemory pg_memory;  // that device's memory as the process group sees it (its lifetime)
     Arena step_arena;
     Tape tape;
     bool tape_ok;
@@ -238,10 +239,13 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     bool nccl = !strcmp(c->backend, "nccl");
     trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
     if (r->world == 1) return 0;
-    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: tensor data
-    // on a device is the backend's to describe (PgMemory); host arrays until then.
+    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: the
+    // device's, whose buckets NCCL reduces in place and Gloo stages (the kernels run on the
+    // default stream: NULL).
     PgOptions pg = {.timeout_ms = c->timeout_s > 0 ? c->timeout_s * 1000
                                                    : pg_default_timeout_ms(c->backend),
+                    .memory = pg_memory_of_backend(backend_need(r->device.dev), r->device.index,
+                                                   NULL, &r->pg_memory),
                     .nccl_hostid_per_rank = c->nccl_hostid_per_rank};
     if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, &pg, err, errlen))
         return -1;

@@ -284,14 +284,20 @@ cupti_overhead() {
     echo "result: rtdetr-l 320 px batch 8, 2 NCCL ranks, 3 iterations: untraced ${plain} s, traced ${traced} s ($(echo "$plain $traced" | awk '{printf "%+.1f %%", ($2 - $1) * 100 / $1}'), start-up included)"
 }
 # attach_run BACKEND: the two runs of the attach step; python3 is this machine's (torch 2.x).
+# --dry: on the CPU (no --device), with the python that imports torch here (Debian's 1.13).
 attach_run() {
-    local backend=$1 hostid= t="$work/attach-$1"
+    local backend=$1 hostid='' t="$work/attach-$1" device=--device=cuda python3=python3
     [ "$backend" = nccl ] && hostid=--nccl-hostid
     export DDPDBG_PROBE_LIB=$kit/lib/probe/libddpdbg_probe.so DDPDBG_PYTHON_DIR=$PWD/python
-    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- python3 \
-        tests/pytorch/scenario.py healthy --device cuda --backend "$backend" $hostid --checksum || return 1
-    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- python3 \
-        tests/pytorch/scenario.py nogt --device cuda --backend "$backend" $hostid
+    if [ "$DRY" = 1 ]; then
+        device='' DDPDBG_PROBE_LIB=$(realpath "$kit/tests/../lib/libddpdbg_probe.so")
+        for python3 in /usr/bin/python3 python3; do "$python3" -c 'import torch.distributed' 2>/dev/null && break; done
+        python3() { command "$python3" "$@"; }
+    fi
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- "$python3" \
+        tests/pytorch/scenario.py healthy $device --backend "$backend" $hostid --checksum || return 1
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- "$python3" \
+        tests/pytorch/scenario.py nogt $device --backend "$backend" $hostid
     echo "ddpdbg run exited $? (rank 0's error is expected)"
     "$ddpdbg" report "$t-nogt" --json >"$t-nogt.json"
     "$ddpdbg" report "$t-nogt" | head -30
@@ -364,7 +370,7 @@ step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 gpu_step nccl 120 nccl_run
 tar -C "$work" -czf "$out/nccl-trace.tar.gz" nccl-trace 2>/dev/null
-gpu_step attach-gloo 120 attach_gloo
+step attach-gloo 120 attach_gloo # --dry too: on the CPU
 gpu_step attach-nccl 120 attach_nccl
 gpu_step bench-ours 150 bench_ours
 gpu_step bench-pytorch 120 bench_pytorch

@@ -115,7 +115,10 @@ const PgMemory *pg_memory_of_backend(const Backend *b, int cuda_device, void *st
                                      PgMemory *out) {
     if (b->dev == DEV_CPU) return NULL;
     *out = (PgMemory){.name = b->name, .to_host = b->to_host, .to_device = b->to_device};
-    if (b->dev == DEV_CUDA) out->cuda = true, out->cuda_device = cuda_device, out->stream = stream;
+    if (b->dev == DEV_CUDA) {
+        out->cuda = true, out->cuda_device = cuda_device, out->stream = stream;
+        out->host_alloc = pg_pinned_alloc, out->host_free = pg_pinned_free;
+    }
     return out;
 }
 

@@ -52,8 +52,8 @@ typedef struct PgMemory {
 struct Backend; // kernels/backend.h
 
 // The PgMemory of backend b's tensor memory, filled into *out: NULL for the CPU (host arrays),
-// else out with b's copies (the fake device; CUDA, on cuda_device, its kernels on stream). The
-// staging is malloc'd until the Backend table has page-locked host memory of its own.
+// else out with b's copies (the fake device; CUDA, on cuda_device, its kernels on stream, with
+// page-locked staging where the build has CUDA's runtime: pg_pinned_alloc).
 const PgMemory *pg_memory_of_backend(const struct Backend *b, int cuda_device, void *stream,
                                      PgMemory *out);
 
@@ -186,6 +186,10 @@ typedef struct PgOps {
 
 extern const PgOps pg_gloo_ops; // comm_gloo.cc
 extern const PgOps pg_nccl_ops; // comm_nccl.c; without NCCL its open says so and fails
+// Page-locked host memory (cudaHostAlloc, cudaFreeHost) for staging CUDA tensors: comm_nccl.c's,
+// as the build with NCCL has CUDA's runtime; NULL in a build without.
+extern void *(*const pg_pinned_alloc)(size_t bytes);
+extern void (*const pg_pinned_free)(void *p);
 
 #ifdef __cplusplus
 }

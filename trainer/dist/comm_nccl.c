@@ -42,6 +42,9 @@ static void *nccl_open(Store *store, int rank, int world, const PgOptions *opts,
 // open never succeeds, so comm.c never reaches the other entries.
 const PgOps pg_nccl_ops = {.name = "nccl", .open = nccl_open};
 
+void *(*const pg_pinned_alloc)(size_t bytes) = NULL;
+void (*const pg_pinned_free)(void *p) = NULL;
+
 #else
 
 #include "probe/cupti.h" // probe_cupti_correlate_*: no-ops unless GPU activity is recorded
@@ -696,6 +699,16 @@ fail:
     free(g);
     return NULL;
 }
+
+static void *pinned_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void pinned_free(void *p) { cudaFreeHost(p); }
+
+void *(*const pg_pinned_alloc)(size_t bytes) = pinned_alloc;
+void (*const pg_pinned_free)(void *p) = pinned_free;
 
 const PgOps pg_nccl_ops = {
     .name = "nccl",

@@ -148,7 +148,6 @@ static void free_buckets(Reducer *r) {
         Bucket *k = &r->buckets[b];
         if (k->work) pg_work_free(k->work);
         r->be->free(k->flat);
-        free(k->host);
     }
     free(r->buckets);
     r->buckets = NULL;
@@ -180,7 +179,6 @@ static void install_layout(Reducer *r, BucketLayout *layout, bool rebuilt) {
         }
         k->flat = r->be->alloc(sizeof(float) * (size_t)MAX(k->numel, 1));
         r->be->fill(&r->tape->kc, k->flat, 0.0f, k->numel);
-        if (r->be->dev != DEV_CPU) k->host = xcalloc((size_t)MAX(k->numel, 1), sizeof(float));
         if (r->cfg.gradient_as_bucket_view)
             for (int j = 0; j < k->n_vars; j++) {
                 Tensor *p = r->params[k->vars[j]];
@@ -193,7 +191,6 @@ static void install_layout(Reducer *r, BucketLayout *layout, bool rebuilt) {
         if (old[b].work) pg_work_free(old[b].work);
         free(old[b].offset);
         r->be->free(old[b].flat);
-        free(old[b].host);
     }
     free(old);
     bucket_layout_free(&r->layout);
@@ -329,10 +326,10 @@ static void all_reduce_bucket(Reducer *r, int b) {
                            .what = "bucket",
                            .numel = k->numel,
                            .seq = seq});
-    // Off the CPU the bucket is staged through host memory (to_host now, to_device after the
-    // wait, in finalize_backward), as PyTorch's Gloo does with CUDA tensors.
-    if (k->host) r->be->to_host(k->host, k->flat, sizeof(float) * (size_t)k->numel);
-    k->work = pg_allreduce_sum(r->pg, k->host ? k->host : k->flat, k->numel);
+    // The bucket is in the backend's memory: NCCL reduces it in place; Gloo stages it through
+    // host memory (out now, back when finalize_backward's wait finds it done), as PyTorch's
+    // Gloo does with CUDA tensors (comm.h, the group's PgMemory).
+    k->work = pg_allreduce_sum_device(r->pg, k->flat, k->numel);
     k->seq = seq;
 }
 
@@ -562,7 +559,6 @@ static int finalize_backward(Reducer *r) {
         CHECK(k->work, "Expected bucket.future_work not to be null. This may indicate that "
                        "communication hook was not properly installed.");
         rc = wait_work(r, &k->work, b, "bucket", k->numel, k->seq);
-        if (rc == 0 && k->host) r->be->to_device(k->flat, k->host, sizeof(float) * (size_t)k->numel);
         r->div_factor = -1.0;
         if (rc == 0) rc = finalize_bucket_dense(r, k);
     }

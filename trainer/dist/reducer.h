@@ -106,8 +106,6 @@ typedef struct Bucket {
     int *vars;        // parameter indices, bucket order
     int64_t *offset;  // per var, into flat
     float *flat;      // the bucket's contiguous gradients (numel floats), on the params' device
-    float *host;      // off the CPU: the host staging copy the process group reduces (Gloo
-                      // stages device tensors through host memory); NULL on the CPU
     int64_t numel;
     int pending;      // vars not yet marked ready this iteration
     PgWork *work;     // the launched allreduce, or NULL
