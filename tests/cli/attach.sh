@@ -213,6 +213,13 @@ DDPDBG_TRACE_DIR=$tmp/nodist DDPDBG_PROBE_LIB=$lib PYTHONPATH=$root/python "$py"
     >"$tmp/nodist.out" 2>&1
 check "no init_process_group: PyTorch's own error, exit 1" [ $? -eq 1 ] && grep -q "Default process group has not been initialized" "$tmp/nodist.out"
 check "no init_process_group: our one line" [ "$(grep -c "^ddpdbg: DistributedDataParallel is built before torch.distributed is initialised" "$tmp/nodist.out")" = 1 ]
+mkdir -p "$tmp/oldtorch/torch/distributed" # a stand-in torch 1.12, found before the real one
+echo '__version__ = "1.12.1"' >"$tmp/oldtorch/torch/__init__.py"
+echo 'def is_available(): return True' >"$tmp/oldtorch/torch/distributed/__init__.py"
+DDPDBG_TRACE_DIR=$tmp/old DDPDBG_PROBE_LIB=$lib PYTHONPATH=$root/python:$tmp/oldtorch \
+    "$py" -c 'import torch; print("job ran with torch", torch.__version__)' >"$tmp/old.out" 2>&1
+check "torch older than 1.13: the job runs, with one line" [ "$(cat "$tmp/old.out")" = "ddpdbg: torch 1.12.1 is older than 1.13, which the attach needs; this job runs untraced
+job ran with torch 1.12.1" ]
 timeout 30 "$ddpdbg" run --no-tui --trace "$tmp/notpy" -- /bin/echo hello >"$tmp/notpy.out" 2>&1
 check "a program that is not Python: it runs (exit 0)" [ $? -eq 0 ] && grep -qx "\[rank0\]:hello" "$tmp/notpy.out"
 check "... with one line saying its ranks run untraced" grep -qx "ddpdbg run: /bin/echo is not a Python program: its ranks run untraced (ddpdbg traces PyTorch jobs and ddpdbg-train)" "$tmp/notpy.out"
