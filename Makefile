@@ -38,9 +38,9 @@ ifeq ($(NCCL)$(if $(NCCL_MISSING),x),1x)
   $(error NCCL=1 but $(CUDA_HOME) lacks $(NCCL_MISSING))
 endif
 ifeq ($(NCCL),1)
-  # Only the two files that include nccl.h see CUDA's headers; every binary may link NCCL,
+  # Only the files that include nccl.h or ask which build this is see CUDA's headers; every binary may link NCCL,
   # --as-needed keeps it out of those that never call it.
-  $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o: \
+  $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_comm_device.o: \
     CPPFLAGS += -DDDPDBG_HAVE_NCCL -I$(CUDA_HOME)/include
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcudart \
               -Wl,--no-as-needed
@@ -83,7 +83,7 @@ endif
 # they are rebuilt (removing them would not do: .SECONDARY). The settings are kept in
 # $(BUILD)/nccl.setting and $(BUILD)/cupti.setting.
 $(shell s=$(BUILD)/nccl.setting; [ "$$(cat $$s 2>/dev/null)" = $(NCCL) ] || { \
-  touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o; \
+  touch -c -d @0 $(BUILD)/trainer/dist/comm_nccl.o $(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_comm_device.o; \
   mkdir -p $(BUILD) && echo $(NCCL) > $$s; })
 $(shell s=$(BUILD)/cupti.setting; [ "$$(cat $$s 2>/dev/null)" = $(CUPTI) ] || { \
   touch -c -d @0 $(BUILD)/probe/cupti.o $(BUILD)/tests/test_probe_cupti.o; \
@@ -125,7 +125,7 @@ PROBE_SO     := $(BUILD)/lib/libddpdbg_probe.so
 PROBE_SO_OBJ := $(patsubst %.c,$(BUILD)/pic/%.o,probe/abi.c probe/probe.c probe/ring.c \
                 probe/tracedb.c) $(BUILD)/pic/gen/schema.o
 
-.PHONY: all test debug bench deps golden clean help format demo examples
+.PHONY: all test debug bench deps golden clean help format demo examples fake-table
 # The benchmarks are built too (not run): one that no longer compiles shows at once.
 all: $(TRAIN) $(VIEWER) $(PROBE_SO) $(TESTS) $(BENCHES)
 
@@ -188,10 +188,16 @@ $(BUILD)/tests/test_probe_abi.o: CPPFLAGS += -DPROBE_SO_PATH='"$(abspath $(PROBE
 $(BUILD)/tests/test_probe_abi: | $(PROBE_SO)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
+$(BUILD)/tests/test_watchdog: $(call obj,tui/launch/watchdog.c)
+# the first screen on a recorded trace: the model, the diagnosis and its short form
+$(BUILD)/tests/test_tui_render: $(call obj,tui/model/model.c tui/diagnosis/diagnose.c \
+  tui/diagnosis/diagnose_grad.c tui/diagnosis/diagnose_setup.c tui/diagnosis/rootcause.c)
 
 # Each test binary: 0 pass, 77 skip, anything else fail. The last line is the CI summary.
+# DEVICE=fake (or cpu): the trainer's default device for the run (DDPDBG_DEVICE, read by
+# trainer/device.c), so training, DDP, fault and trace tests run on that device.
 test: all
-	@bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
+	@$(if $(DEVICE),DDPDBG_DEVICE=$(DEVICE) )bash tests/run_tests.sh $(BUILD)/tests $(TRAIN) $(T)
 
 debug:
 	$(MAKE) BUILD=build/debug BIN=build/debug/bin OPT="-O1 -fno-omit-frame-pointer" \
@@ -204,24 +210,29 @@ bench: $(TRAIN) $(BENCHES) $(VIEWER) $(PROBE_SO)
 
 # The main job on its embedded default, the field report by itself: a synthetic dataset with
 # background images, then 2 ranks of rtdetr-tiny at batch 1 under `ddpdbg run`. A rank whose
-# batch holds no box fails DDP's reduction as in the field report (live in the TUI on a
+# batch holds no box (mosaic=0: a mosaic would give the background image its partners' boxes)
+# fails DDP's reduction as in the field report (live in the TUI on a
 # terminal); the trace stays in $(DEMO)/trace for `bin/ddpdbg report` and `bin/ddpdbg tui`.
 DEMO ?= build/demo
 demo: $(TRAIN) $(VIEWER)
 	@[ -f $(DEMO)/synth/data.yaml ] || $(TRAIN) synth out=$(DEMO)/synth n=64 imgsz=96 classes=3 empty=0.25 seed=0
 	-$(BIN)/ddpdbg run --nproc-per-node 2 --trace $(DEMO)/trace -- train model=rtdetr-tiny.yaml \
-	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false out=$(DEMO)/run
+	  data=$(DEMO)/synth/data.yaml imgsz=96 batch=1 epochs=1 val=false mosaic=0 out=$(DEMO)/run
 	@echo "demo: the trace is in $(DEMO)/trace; see it again with: bin/ddpdbg report $(DEMO)/trace"
 
 # Installs the Debian packages the build needs; a no-op when they are present.
 DEB_PKGS := build-essential libopenblas-dev libopenblas0-openmp libyaml-dev libsqlite3-dev sqlite3 libncurses-dev \
-            libpng-dev libjpeg-dev libgloo-dev clang tmux python3-torch python3-yaml python3-numpy python3-pil
+            libpng-dev libjpeg-dev libgloo-dev clang tmux iproute2 python3-torch python3-yaml python3-numpy python3-pil
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	else echo "deps: all present"; fi
+
+# Regenerates the fake device's table (kernels/cpu/backend_fake.c) after a Backend field is added.
+fake-table:
+	python3 kernels/cpu/gen_backend_fake.py > kernels/cpu/backend_fake.c
 
 # Regenerates the committed PyTorch reference vectors (needs Debian's python3-torch).
 golden:
@@ -400,6 +411,8 @@ help:
 	@echo 'make gpu-carry  the CUDA build packed for the GPU machine (tests/gpu/check.sh)'
 	@echo 'make deps       apt-get the Debian packages the build needs'
 	@echo 'make golden     regenerate tests/golden with python3-torch'
+	@echo 'make fake-table regenerate kernels/cpu/backend_fake.c from kernels/backend.h'
+	@echo 'make test DEVICE=fake  the suite with the trainer on the fake device (DDPDBG_DEVICE)'
 	@echo 'switches: V=1 (verbose) OPT=-O3 BUILD=dir CUDA=0|1 NCCL=0|1 CUPTI=0|1 CUDA_ARCH=...'
 
 $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh

@@ -16,7 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } Device;
+// DEV_FAKE: the CPU kernels over memory host code cannot read (kernels/cpu/backend_fake.c),
+// so every build can prove that the trainer touches tensor data only through the backend.
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1, DEV_FAKE = 2 } Device;
 
 // Per-call execution context. n_threads: CPU worker threads for this call (>= 1).
 typedef struct KernelCtx {
@@ -44,12 +46,20 @@ typedef struct Backend {
     Device dev;
 
     // ---- memory ----
+    // Device memory: host code never dereferences it (the fake device faults if it does);
+    // it is read and written only by this table's kernels and the two copies below.
     void *(*alloc)(size_t nbytes); // aborts on failure; 64-byte aligned
     void (*free)(void *p);         // free(NULL) is a no-op
+    // dst (device) = src (host), and dst (host) = src (device); synchronous: when they
+    // return the copy is done and src may be reused.
     void (*to_device)(void *dst, const void *src, size_t nbytes);
     void (*to_host)(void *dst, const void *src, size_t nbytes);
     // Sets the worker-thread count used by this backend's kernels and its BLAS (n >= 1).
     void (*set_threads)(int n);
+    // Makes device `index` (>= 0) the one this thread's later calls and allocations use
+    // (CUDA: cudaSetDevice). Returns 0, or -1 with one line in why when there is no such
+    // device. The CPU and the fake device have the single index 0.
+    int (*set_device)(int index, char *why, size_t len);
 
     // ---- basic (kernels/cpu/basic.c) ----
     // out[i] = value. out: (n)
@@ -337,6 +347,9 @@ typedef struct Backend {
                             int64_t inner);
     // END layout
 } Backend;
+
+// "cpu", "cuda" or "fake".
+const char *device_name(Device dev);
 
 // The table for `dev`, or NULL if this build has no such backend.
 const Backend *backend_get(Device dev);

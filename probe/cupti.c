@@ -17,6 +17,7 @@
 #include "probe/cupti.h"
 
 #include "kernels/base.h" // LOG_WARN, MIN
+#include "probe/gpu_activity.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,8 @@ int probe_cupti_start(Probe *p, char *err, size_t errlen) {
 void probe_cupti_stop(Probe *p) {}
 void probe_cupti_correlate_push(uint64_t seq) {}
 void probe_cupti_correlate_pop(void) {}
+void probe_cupti_collective(void *cuda_stream, uint64_t seq) {}
+void probe_cupti_step(int64_t iter) {}
 
 #else
 
@@ -77,6 +80,7 @@ SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, bytes);
 SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, start);
 SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, end);
 SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, streamId);
+SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, deviceId);
 SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, correlationId);
 SAME_FIELD(MemsetRecord, CUpti_ActivityMemset4, bytes);
 SAME_FIELD(MemsetRecord, CUpti_ActivityMemset4, start);
@@ -109,6 +113,7 @@ typedef struct CachedName {
 // The process's one recorder (CUPTI is process-wide).
 static struct {
     _Atomic(Probe *) probe; // where records go; NULL when not recording
+    GpuActivity *activity;  // the rows' way in (ties, bound); set while probe is
     atomic_int off;         // a CUPTI call failed while recording: warned, records dropped
     atomic_int in_callback; // buffer callbacks running now (stop waits for none)
     atomic_uint_fast64_t events, dropped;
@@ -181,38 +186,34 @@ static const char *kernel_name(const char *raw) {
     return name;
 }
 
-static void emit_bytes(Probe *p, ProbeKind kind, int64_t correlation, int32_t a, int32_t b,
-                       uint64_t start, uint64_t end, uint64_t bytes) {
-    char text[24];
-    int n = snprintf(text, sizeof text, "%llu", (unsigned long long)bytes);
-    probe_emit_text(p, kind, 0, correlation, a, b, to_probe_clock(start), to_probe_clock(end), text,
-                    (size_t)n);
-}
-
-// One CUPTI record as one probe event (columns: traces/README.md); API records and kinds we
-// did not ask for give none. iter carries CUPTI's correlation id (unsigned 32-bit).
+// One CUPTI record into the trace through gpu_activity (ties, the per-step bound; columns:
+// traces/README.md); API records and kinds we did not ask for give none.
 static void emit(Probe *p, const CUpti_Activity *r) {
+    GpuRecord g = {0};
     switch (r->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const KernelRecord *k = (const void *)r;
-        const char *name = kernel_name(k->name);
-        size_t len = MIN(strlen(name), (size_t)NAME_BYTES);
-        probe_emit_text(p, PROBE_GPU_KERNEL, 0, k->correlationId, (int32_t)k->deviceId,
-                        (int32_t)k->streamId, to_probe_clock(k->start), to_probe_clock(k->end),
-                        name, len);
+        g = (GpuRecord){.kind = GPU_RECORD_KERNEL, .correlation = k->correlationId,
+                        .device = (int32_t)k->deviceId, .stream = k->streamId,
+                        .start_ns = to_probe_clock(k->start), .end_ns = to_probe_clock(k->end),
+                        .name = kernel_name(k->name)};
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const MemcpyRecord *m = (const void *)r;
-        emit_bytes(p, PROBE_GPU_MEMCPY, m->correlationId, m->copyKind, (int32_t)m->streamId,
-                   m->start, m->end, m->bytes);
+        g = (GpuRecord){.kind = GPU_RECORD_MEMCPY, .correlation = m->correlationId,
+                        .device = (int32_t)m->deviceId, .stream = m->streamId,
+                        .copy_kind = m->copyKind, .start_ns = to_probe_clock(m->start),
+                        .end_ns = to_probe_clock(m->end), .bytes = m->bytes};
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const MemsetRecord *m = (const void *)r;
-        emit_bytes(p, PROBE_GPU_MEMSET, m->correlationId, (int32_t)m->deviceId,
-                   (int32_t)m->streamId, m->start, m->end, m->bytes);
+        g = (GpuRecord){.kind = GPU_RECORD_MEMSET, .correlation = m->correlationId,
+                        .device = (int32_t)m->deviceId, .stream = m->streamId,
+                        .start_ns = to_probe_clock(m->start), .end_ns = to_probe_clock(m->end),
+                        .bytes = m->bytes};
         break;
     }
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
@@ -220,12 +221,13 @@ static void emit(Probe *p, const CUpti_Activity *r) {
         if (x->externalKind != CORRELATION_KIND) return;
         probe_emit(p, PROBE_GPU_CORRELATION, x->correlationId, (int32_t)x->correlationId, 0,
                    (int64_t)x->externalId, 0, NULL);
-        break;
+        atomic_fetch_add_explicit(&rec.events, 1, memory_order_relaxed);
+        return;
     }
     default:
         return;
     }
-    atomic_fetch_add_explicit(&rec.events, 1, memory_order_relaxed);
+    gpu_activity_record(rec.activity, &g);
 }
 
 // CUPTI asks for a buffer: 8-byte aligned, as its records are. NULL makes CUPTI drop (and
@@ -355,6 +357,8 @@ int probe_cupti_start(Probe *p, char *err, size_t errlen) {
         return start_failed(err, errlen, why);
     }
     rec.offset_ns = offset;
+    int rows_per_step = gpu_activity_rows_per_step_from_env();
+    rec.activity = gpu_activity_new(p, rows_per_step);
     atomic_store(&rec.off, 0);
     atomic_store(&rec.events, 0);
     atomic_store(&rec.dropped, 0);
@@ -364,6 +368,7 @@ int probe_cupti_start(Probe *p, char *err, size_t errlen) {
         if (e != CUPTI_SUCCESS) {
             atomic_store(&rec.off, 1); // the warning below is the one
             disable_and_flush(i);
+            gpu_activity_free(rec.activity), rec.activity = NULL;
             snprintf(why, sizeof why, "CUPTI: cuptiActivityEnable(%s): %s", kinds[i].name,
                      result_text(e));
             return start_failed(err, errlen, why);
@@ -374,12 +379,14 @@ int probe_cupti_start(Probe *p, char *err, size_t errlen) {
     if (pe != 0) {
         atomic_store(&rec.off, 1);
         disable_and_flush(N_KINDS);
+        gpu_activity_free(rec.activity), rec.activity = NULL;
         snprintf(why, sizeof why, "cannot start the CUPTI flush thread: %s", strerror(pe));
         return start_failed(err, errlen, why);
     }
     probe_meta(p, "cupti_version", "%u", version);
     probe_meta(p, "cupti_clock_offset_ns", "%lld", (long long)offset);
     probe_meta(p, "cupti_clock_bound_ns", "%lld", (long long)bound);
+    probe_meta(p, "cupti_rows_per_step", "%d", rows_per_step);
     return 0;
 }
 
@@ -391,9 +398,14 @@ void probe_cupti_stop(Probe *p) {
     pthread_mutex_unlock(&rec.mu);
     pthread_join(rec.flusher, NULL);
     disable_and_flush(N_KINDS);
-    uint64_t events = atomic_load(&rec.events), dropped = atomic_load(&rec.dropped);
+    GpuActivityStats st = gpu_activity_stats(rec.activity);
+    gpu_activity_free(rec.activity), rec.activity = NULL;
+    uint64_t events = atomic_load(&rec.events) + st.rows + st.tied, dropped = atomic_load(&rec.dropped);
     probe_meta(p, "cupti_events", "%llu", (unsigned long long)events);
     probe_meta(p, "cupti_dropped", "%llu", (unsigned long long)dropped);
+    probe_meta(p, "cupti_filtered", "%llu", (unsigned long long)st.filtered);
+    probe_meta(p, "cupti_nccl_tied", "%llu", (unsigned long long)st.tied);
+    probe_meta(p, "cupti_nccl_untied", "%llu", (unsigned long long)st.nccl_untied);
     if (dropped)
         LOG_WARN("probe: CUPTI dropped %llu GPU activity records (no buffer to put them in); "
                  "the trace lacks them",
@@ -413,6 +425,26 @@ void probe_cupti_correlate_push(uint64_t seq) {
         pushed++;
     else
         recording_failed("cuptiActivityPushExternalCorrelationId", e);
+}
+
+void probe_cupti_collective(void *cuda_stream, uint64_t seq) {
+    if (!atomic_load_explicit(&rec.probe, memory_order_relaxed) ||
+        atomic_load_explicit(&rec.off, memory_order_relaxed))
+        return;
+    uint32_t id = 0;
+    CUptiResult e = cuptiGetStreamIdEx(NULL, (CUstream)cuda_stream, 0, &id);
+    if (e != CUPTI_SUCCESS) {
+        recording_failed("cuptiGetStreamIdEx", e);
+        return;
+    }
+    gpu_activity_collective(rec.activity, id, seq);
+}
+
+void probe_cupti_step(int64_t iter) {
+    if (!atomic_load_explicit(&rec.probe, memory_order_relaxed) ||
+        atomic_load_explicit(&rec.off, memory_order_relaxed))
+        return;
+    gpu_activity_step(rec.activity, iter, probe_now_ns());
 }
 
 void probe_cupti_correlate_pop(void) {

@@ -2,7 +2,9 @@
  * Activity API reports, each as one probe record (GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET) with its
  * start and end moved onto the probe's clock (CLOCK_REALTIME ns), and GPU_CORRELATION records
  * that tie the CUDA calls made between a correlate push and pop (an NCCL collective's launch)
- * to that collective's sequence number, the c of its COLL_LAUNCH. Columns: traces/README.md.
+ * to that collective's sequence number, the c of its COLL_LAUNCH; NCCL kernels are also tied
+ * by their stream's launch order, and a step writes a bounded number of other rows
+ * (probe/gpu_activity.h, which every record goes through). Columns: traces/README.md.
  *
  * Built with CUPTI where the Makefile finds it (-DDDPDBG_HAVE_CUPTI, needs NCCL's CUDA
  * runtime); elsewhere the same functions are stubs: start fails with NO_CUPTI_LINE, the rest do
@@ -47,5 +49,13 @@ void probe_cupti_stop(Probe *p);
 // without its push is ignored. One relaxed load when not recording; safe from any thread.
 void probe_cupti_correlate_push(uint64_t seq);
 void probe_cupti_correlate_pop(void);
+
+// Collective seq is on cuda_stream (a cudaStream_t) now, after every collective named earlier
+// there: its NCCL kernel is the next one that stream runs (probe/gpu_activity.h ties them by
+// that order). Call it in launch order, once NCCL has the call on the stream.
+void probe_cupti_collective(void *cuda_stream, uint64_t seq);
+// Training step iter begins now: the per-step bound on GPU rows (DDPDBG_GPU_ROWS_PER_STEP,
+// probe/gpu_activity.h) counts from here. Both: one relaxed load when not recording.
+void probe_cupti_step(int64_t iter);
 
 #endif

@@ -263,7 +263,7 @@ int main(void) {
         qsort(b, STEPS, sizeof(double), by_double);
         qsort(s, STEPS, sizeof(double), by_double);
         printf("%7d  %6.2f s  %6.2f s  %6.2f s  %7.0f MB  %6.0f MB\n", threads, f[STEPS / 2],
-               b[STEPS / 2], s[STEPS / 2], (double)arena.peak / 1048576.0, peak_rss_mb());
+               b[STEPS / 2], s[STEPS / 2], (double)arena.data.peak / 1048576.0, peak_rss_mb());
         fflush(stdout);
 
         memset(fwd_secs, 0, sizeof fwd_secs);

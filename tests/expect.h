@@ -35,6 +35,17 @@ static int expect_failures, expect_checks;
         return 77;                                                                                 \
     } while (0)
 
+// A set-up the test cannot do without (a temporary directory): a failure, never a skip.
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 static inline int expect_report(void) {
     printf("%d checks, %d failed\n", expect_checks, expect_failures);
     return expect_failures ? 1 : 0;

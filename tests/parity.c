@@ -24,6 +24,7 @@ static const Field fields[] = {
     {"to_device", offsetof(Backend, to_device)},
     {"to_host", offsetof(Backend, to_host)},
     {"set_threads", offsetof(Backend, set_threads)},
+    {"set_device", offsetof(Backend, set_device)},
     {"fill", offsetof(Backend, fill)},
     {"copy", offsetof(Backend, copy)},
     {"axpy", offsetof(Backend, axpy)},

@@ -40,7 +40,7 @@
 
 // ---- memory: v = {n} ----
 // Partial copies at odd offsets through to_host and to_device, the alignment alloc promises,
-// free(NULL), set_threads.
+// free(NULL), set_threads, set_device (index 0 exists, a huge index fails with a reason).
 static void c_memory(Pc *p) {
     const int64_t n = p->v[0];
     const float *x = pin(p, "x", n, -1, 1);
@@ -54,7 +54,12 @@ static void c_memory(Pc *p) {
     BE->free(a);
     BE->free(NULL);
     BE->set_threads(2);
+    char why[200] = "";
+    float device0 = BE->set_device(0, why, sizeof why) == 0 ? 1.0f : 0.0f; // index 0 exists
+    float no_device = BE->set_device(1 << 20, why, sizeof why) == -1 && why[0] ? 1.0f : 0.0f;
     BE->to_device(pout(p, "aligned", 1), &aligned, sizeof aligned);
+    BE->to_device(pout(p, "device0", 1), &device0, sizeof device0);
+    BE->to_device(pout(p, "no_device", 1), &no_device, sizeof no_device);
 }
 
 // ---- basic: v = {n, value * 4} ----
@@ -494,7 +499,7 @@ static void c_gather(Pc *p) {
 // One row per line (clang-format would split each over several):
 // clang-format off
 const ParityCase parity_cases[] = {
-    {"memory", "alloc free to_device to_host set_threads", c_memory, {1031}, false, EXACT},
+    {"memory", "alloc free to_device to_host set_threads set_device", c_memory, {1031}, false, EXACT},
 
     {"fill", "fill", c_fill, {1031, 3}, false, EXACT},
     {"fill/one", "fill", c_fill, {1, -7}, false, EXACT},

@@ -8,7 +8,11 @@
  * The parent never touches CUDA (a CUDA context does not survive fork): even the probe for a
  * GPU runs in a child. With fewer GPUs than ranks both ranks use device 0; NCCL refuses two
  * ranks of one communicator on one GPU of one host, so there each rank claims a host of its
- * own (NCCL_HOSTID) and they talk over sockets on lo. */
+ * own through the opt-in (PgOptions.nccl_hostid_per_rank) and they talk over sockets on lo.
+ * Tensor data in CUDA memory (PgMemory): 2 NCCL ranks reduce and broadcast device buffers in
+ * place, each written by an asynchronous copy on the compute stream launched just before the
+ * collective (the event ordering must make the collective see it); 3 Gloo ranks on the GPUs
+ * there are (one, on the test machine) do the same through host staging. */
 #include "trainer/dist/comm.h"
 
 #include "tests/ddp_harness.h" // harness_free_port
@@ -60,16 +64,20 @@ static bool starts_with(const char *s, const char *prefix) {
     return !strncmp(s, prefix, strlen(prefix));
 }
 
+// Set in a rank's child by nccl_env: ranks share a GPU, so each claims a host of its own.
+static bool share_gpu;
+// Where a rank's tensor data lives (NULL: host arrays); set before run_ranks forks.
+static const PgMemory *(*memory_of_rank)(int rank);
+
 // In a rank's child, before any NCCL call: every rank of this test is on this host and lo is
 // the one interface every machine has; ranks that must share a GPU pose as separate hosts.
 static void nccl_env(int rank, int world) {
+    (void)rank;
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
 #ifdef DDPDBG_HAVE_NCCL
     int count = 0;
     if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && count < world) {
-        char host[64];
-        snprintf(host, sizeof host, "ddpdbg-test-host-%d", rank);
-        setenv("NCCL_HOSTID", host, 1);
+        share_gpu = true;
         setenv("NCCL_NET", "Socket", 0);
     }
 #endif
@@ -90,7 +98,10 @@ static int run_ranks(const char *backend, int world, int timeout_ms,
                                   sizeof err);
             EXPECT(s, "rank %d store: %s", r, err);
             if (s) {
-                ProcessGroup *pg = pg_new(backend, s, r, world, timeout_ms, err, sizeof err);
+                PgOptions o = {.timeout_ms = timeout_ms,
+                               .memory = memory_of_rank ? memory_of_rank(r) : NULL,
+                               .nccl_hostid_per_rank = share_gpu};
+                ProcessGroup *pg = pg_open(backend, s, r, world, &o, err, sizeof err);
                 EXPECT(pg, "rank %d %s group: %s", r, backend, err);
                 if (pg) body(pg, s);
                 store_close(s);
@@ -308,6 +319,82 @@ static void peer_skips(ProcessGroup *pg, Store *s) {
     pg_free(pg);
 }
 
+// ---- with a GPU: tensor data in CUDA memory ---------------------------------------------------
+
+#ifdef DDPDBG_HAVE_NCCL
+static cudaStream_t compute; // the rank's compute stream
+
+// As the trainer's CUDA backend copies: after the compute stream's work, before later work.
+static void cuda_to_host(void *dst, const void *src, size_t bytes) {
+    cudaStreamSynchronize(compute);
+    EXPECT(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "to_host");
+}
+static void cuda_to_device(void *dst, const void *src, size_t bytes) {
+    cudaStreamSynchronize(compute);
+    EXPECT(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "to_device");
+}
+static void *cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
+}
+static void cuda_host_free(void *p) { cudaFreeHost(p); }
+
+static PgMemory cuda_memory;
+static const PgMemory *cuda_memory_of_rank(int rank) {
+    int count = 1;
+    cudaGetDeviceCount(&count);
+    cudaSetDevice(rank % count);
+    EXPECT(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    cuda_memory = (PgMemory){.name = "cuda", .cuda = true, .cuda_device = rank % count,
+                             .stream = compute, .to_host = cuda_to_host,
+                             .to_device = cuda_to_device, .host_alloc = cuda_host_alloc,
+                             .host_free = cuda_host_free};
+    return &cuda_memory;
+}
+
+// An allreduce of device data written by an asynchronous copy on the compute stream launched
+// just before it, a zero-length one, and a broadcast from rank 1; on either backend.
+static void device_collectives(ProcessGroup *pg, Store *s) {
+    (void)s;
+    int rank = pg_rank(pg), world = pg_world(pg);
+    char err[512];
+    enum { N = 1 << 22 };
+    float *dev = NULL, *host = NULL;
+    EXPECT(cudaMalloc((void **)&dev, N * sizeof(float)) == cudaSuccess &&
+               cudaMallocHost((void **)&host, N * sizeof(float)) == cudaSuccess,
+           "rank %d: device and pinned buffers", rank);
+    for (int round = 1; round <= 2; round++) {
+        for (int i = 0; i < N; i++) host[i] = (float)(rank + round + i % 5);
+        cudaMemcpyAsync(dev, host, N * sizeof(float), cudaMemcpyHostToDevice, compute);
+        PgWork *w = pg_allreduce_sum_device(pg, dev, N); // must wait for the copy
+        EXPECT(pg_work_wait(w, err, sizeof err) == 0, "rank %d %s allreduce: %s", rank,
+               pg_backend(pg), err);
+        pg_work_free(w);
+        cudaStreamSynchronize(compute);
+        cudaMemcpy(host, dev, N * sizeof(float), cudaMemcpyDeviceToHost);
+        int bad = 0;
+        float ranks = (float)(world * (world - 1) / 2);
+        for (int i = 0; i < N; i++) bad += host[i] != ranks + (float)world * (round + i % 5);
+        EXPECT(bad == 0, "rank %d %s round %d: %d wrong sums (host[3] = %g)", rank,
+               pg_backend(pg), round, bad, host[3]);
+    }
+    PgWork *w0 = pg_allreduce_sum_device(pg, dev, 0);
+    EXPECT(pg_work_wait(w0, err, sizeof err) == 0, "zero-length: %s", err);
+    pg_work_free(w0);
+    for (int i = 0; i < 8; i++) host[i] = (float)(100 * rank + i);
+    cudaMemcpyAsync(dev, host, 8 * sizeof(float), cudaMemcpyHostToDevice, compute);
+    EXPECT(pg_broadcast_device(pg, dev, 8, 1, err, sizeof err) == 0, "broadcast: %s", err);
+    cudaStreamSynchronize(compute);
+    cudaMemcpy(host, dev, 8 * sizeof(float), cudaMemcpyDeviceToHost);
+    EXPECT(host[0] == 100 && host[7] == 107, "rank %d %s broadcast from 1: %g %g", rank,
+           pg_backend(pg), host[0], host[7]);
+    EXPECT(pg_seq(pg) == 4, "seq %llu", (unsigned long long)pg_seq(pg));
+    pg_free(pg);
+    cudaFree(dev);
+    cudaFreeHost(host);
+}
+#endif
+
 int main(void) {
     // Everywhere, touching no GPU: pg_new refuses before any backend runs.
     char err[512] = "";
@@ -333,5 +420,12 @@ int main(void) {
     EXPECT(run_ranks("nccl", 2, TIMEOUT_MS, collectives) == 0, "2 ranks");
     EXPECT(run_ranks("nccl", 2, EXIT_TIMEOUT_MS, peer_exits) == 0, "peer exits early");
     EXPECT(run_ranks("nccl", 2, SKIP_TIMEOUT_MS, peer_skips) == 0, "peer skips a collective");
+#ifdef DDPDBG_HAVE_NCCL
+    memory_of_rank = cuda_memory_of_rank;
+    EXPECT(run_ranks("nccl", 2, TIMEOUT_MS, device_collectives) == 0, "NCCL on device memory");
+    EXPECT(run_ranks("gloo", 3, TIMEOUT_MS, device_collectives) == 0,
+           "3 Gloo ranks staging device memory");
+    memory_of_rank = NULL;
+#endif
     return expect_report();
 }

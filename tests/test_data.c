@@ -2,7 +2,8 @@
  * input with its exact line, missing = background, duplicates dropped), img2label_paths, data
  * yaml resolution (path, lists, .txt lists, names list/mapping, nc), COCO json (category
  * order, crowd/empty boxes skipped, clipping, malformed json with its position), the
- * augmentations (OpenCV HSV values, LUT draws, flip of pixels and boxes, determinism) and
+ * colour and flip augmentations (OpenCV HSV values, LUT draws, flip of pixels and boxes,
+ * determinism; Mosaic and RandomPerspective are test_augment's) and
  * batch collation. Fixtures: tests/fixtures/data. Run from the repository root. */
 #include <stdbool.h>
 
@@ -251,16 +252,27 @@ static void test_augment(void) {
     EXPECT(!memcmp(&copy, &r, sizeof r), "RandomHSV draws exactly three numbers");
     image_free(&g);
 
-    // determinism: the same seed gives the same pixels and boxes
-    AugmentConfig cfg = augment_default();
+    // determinism: the same seed gives the same pixels (HSV and flip; the geometric steps and
+    // the whole pipeline: test_augment)
+    AugmentConfig cfg = {.hsv_h = 0.015f, .hsv_s = 0.7f, .hsv_v = 0.4f, .fliplr = 0.5f};
     Image x = ramp_image(), y = ramp_image();
-    Box bx[1] = {{0, 0.3f, 0.3f, 0.2f, 0.2f}}, by[1] = {{0, 0.3f, 0.3f, 0.2f, 0.2f}};
+    Box *bx = xmalloc(sizeof(Box)), *by = xmalloc(sizeof(Box));
+    bx[0] = by[0] = (Box){0, 0.3f, 0.3f, 0.2f, 0.2f};
+    int nx = 1, ny = 1;
     Rng rx, ry;
     rng_init(&rx, 42), rng_init(&ry, 42);
-    augment_apply(&cfg, &x, bx, 1, &rx);
-    augment_apply(&cfg, &y, by, 1, &ry);
-    EXPECT(!memcmp(x.rgb, y.rgb, 30) && bx[0].cx == by[0].cx, "same seed, same augmentation");
-    EXPECT(memcmp(x.rgb, b.rgb, 30) != 0, "the default gains change a colourful image");
+    Dataset none = {0};
+    // a 5x2 image is not square: augment_sample needs s x s; use 2x2 corners of the ramp
+    image_free(&x), image_free(&y);
+    image_init(&x, 2, 2), image_init(&y, 2, 2);
+    memcpy(x.rgb, b.rgb, 12), memcpy(y.rgb, b.rgb, 12);
+    EXPECT(augment_sample(&cfg, &none, &x, &bx, &nx, &rx, err, sizeof err) == 0 &&
+               augment_sample(&cfg, &none, &y, &by, &ny, &ry, err, sizeof err) == 0,
+           "%s", err);
+    EXPECT(!memcmp(x.rgb, y.rgb, 12) && nx == 1 && ny == 1 && bx[0].cx == by[0].cx,
+           "same seed, same augmentation");
+    EXPECT(memcmp(x.rgb, b.rgb, 12) != 0, "the default gains change a colourful image");
+    free(bx), free(by);
     image_free(&a), image_free(&b), image_free(&c), image_free(&x), image_free(&y);
 }
 

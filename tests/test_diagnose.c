@@ -6,9 +6,13 @@
  * field report. */
 #include "tui/diagnosis/diagnose.h"
 
+#include <sqlite3.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "tui/diagnosis/rootcause.h"
 
 #include "tests/expect.h"
 #include "tests/trace_synth.h"
@@ -111,6 +115,33 @@ static void test_examples(void) {
     EXPECT(n && has(f[0].explanation, "0 ground-truth boxes") &&
                has(f[0].explanation, "would have hung"),
            "why it mattered");
+    done(&m, f, n);
+
+    // bucket_cap: rank 1's caps differ and the settings check is off (PyTorch's behaviour): a
+    // real trace of different layouts, the root cause of the divergence at the first bucket
+    f = run("traces/examples/bucket_cap", &m, &n);
+    EXPECT(n >= 2 && f[0].kind == FINDING_LAYOUT_MISMATCH && f[0].bucket == 0 && f[0].iter == 0,
+           "bucket_cap: first finding %s", n ? f[0].title : "none");
+    EXPECT(n && has(f[0].explanation, "rank 0 has 2 buckets and rank 1 has 5"),
+           "the two layouts: %s", n ? f[0].explanation : "");
+    for (int i = 1; i < n; i++)
+        if (f[i].kind == FINDING_COLLECTIVE_MISMATCH)
+            EXPECT(f[i].cause == 0, "the divergence follows from the layouts");
+    done(&m, f, n);
+
+    // shape: DDP's construction check, named as the model mismatch with both shapes
+    f = run("traces/examples/shape", &m, &n);
+    EXPECT(n >= 2 && f[0].kind == FINDING_MODEL_MISMATCH && f[0].n_params == 1 &&
+               f[0].params[0] == 282,
+           "shape: first finding %s", n ? f[0].title : "none");
+    EXPECT(n && !strcmp(f[0].title, "the ranks built different models: params[282] "
+                                    "(model.27.denoising_class_embed.weight) has sizes [4, 64] on "
+                                    "rank 1, [3, 64] on rank 0"),
+           "title '%s'", n ? f[0].title : "");
+    int err = -1;
+    for (int i = 0; i < n && err < 0; i++)
+        if (f[i].kind == FINDING_ERROR && has(f[i].explanation, "appears not to match")) err = i;
+    EXPECT(err > 0 && f[err].cause == 0, "rank 1's error follows from the model mismatch");
     done(&m, f, n);
 }
 
@@ -271,11 +302,78 @@ static void test_grouping(void) {
     EXPECT(group_param_names(mixed, 0, &lines) == 0 && lines == NULL, "no names, no lines");
 }
 
+// Appends an ERROR record to rank r's database of dir, after its last event.
+static void add_error(const char *dir, int r, int64_t iter, const char *text) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank%d.db", dir, r);
+    sqlite3 *db;
+    EXPECT(sqlite3_open(path, &db) == SQLITE_OK, "open %s", path);
+    char *sql = sqlite3_mprintf(
+        "INSERT INTO events(seq, t_ns, iter, kind, a, b, c, d, flags, text) SELECT max(seq) + 1, "
+        "max(t_ns) + 1000, %lld, 16, 0, 0, 0, 0, 0, %Q FROM events",
+        (long long)iter, text);
+    EXPECT(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "insert: %s", sqlite3_errmsg(db));
+    sqlite3_free(sql);
+    sqlite3_close(db);
+}
+
+// A peer's "Connection closed by peer" after the rank with the real error exited: it follows
+// from that error, which follows from the root cause; the root cause comes first and the short
+// form names it, whatever the ranks' order.
+static void test_peer_closed(void) {
+    SynthSpec s = synth_default();
+    s.unused_rank = 1, s.unused_iter = 1, s.unused_first = 12, s.unused_count = 4, s.empty_rank = 1;
+    char dir[512], err[512];
+    snprintf(dir, sizeof dir, "%s/peer_closed", tmp);
+    EXPECT(synth_trace(dir, &s, NULL, err, sizeof err) == 0, "%s", err);
+    add_error(dir, 0, 1,
+              "rank 0 collective #9 failed: [../gloo/transport/tcp/pair.cc:598] Connection "
+              "closed by peer [127.0.0.1]:29500");
+    Model m;
+    int n;
+    Finding *f = run(dir, &m, &n);
+    int closed = -1, reducer = -1;
+    for (int i = 0; i < n; i++) {
+        if (f[i].kind == FINDING_ERROR && has(f[i].explanation, "Connection closed by peer"))
+            closed = i;
+        if (f[i].kind == FINDING_ERROR && has(f[i].explanation, "Expected to have finished"))
+            reducer = i;
+    }
+    EXPECT(n >= 3 && f[0].kind == FINDING_UNUSED_SOME_RANKS && rootcause_find(f, n) == 0,
+           "the root cause first: %s", n ? f[0].title : "none");
+    EXPECT(reducer > 0 && f[reducer].cause == 0, "rank 1's error follows from the root cause");
+    EXPECT(closed > reducer && f[closed].cause == reducer,
+           "rank 0's 'Connection closed by peer' follows from rank 1's error: [%d] cause %d",
+           closed, closed >= 0 ? f[closed].cause : -9);
+    EXPECT(closed >= 0 && has(f[closed].explanation, "This follows from rank 1's error") &&
+               has(f[closed].explanation, "consequence, not a cause"),
+           "and says so: %s", closed >= 0 ? f[closed].explanation : "");
+    for (int i = 0; i < n; i++)
+        EXPECT(f[i].cause < i, "[%d] follows from a finding listed before it (%d)", i, f[i].cause);
+    char *text = rootcause_text(&m, f, n);
+    EXPECT(text && has(text, "root cause [1]: rank 1 never marked 4 parameters ready") &&
+               has(text, "never reported on rank 1 at iteration 1 (4 tensors):") &&
+               has(text, "why: rank 1's batch at iteration 1 had 0 ground-truth boxes") &&
+               has(text, "fix: find_unused_parameters=True") &&
+               has(text, "follows from it: [2] rank 1 raised"),
+           "short form: %s", text ? text : "(none)");
+    free(text);
+    done(&m, f, n);
+
+    s = synth_default(); // healthy: no root cause, no short form
+    snprintf(dir, sizeof dir, "%s/peer_healthy", tmp);
+    EXPECT(synth_trace(dir, &s, NULL, err, sizeof err) == 0, "%s", err);
+    f = run(dir, &m, &n);
+    EXPECT(rootcause_find(f, n) < 0 && !rootcause_text(&m, f, n), "healthy: no root cause");
+    done(&m, f, n);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_diagnose.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("no temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_examples();
     test_synthetic();
+    test_peer_closed();
     test_grouping();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -199,7 +199,7 @@ static void test_mha(const char *name) {
     uint8_t *mask = NULL;
     const GoldenArray *m = golden_find(&G, "%s/mask", name);
     if (m) {
-        mask = arena_alloc(&c.arena, (size_t)m->n);
+        mask = arena_alloc_data(&c.arena, (size_t)m->n);
         for (int64_t i = 0; i < m->n; i++)
             mask[i] = m->data[i] != 0;
     }

@@ -11,6 +11,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -399,6 +400,32 @@ static void test_drain_in_flight(void) {
     sqlite3_close(db);
 }
 
+// A ring whose header no writer could have left (head 0: seqs count from 1): the drain refuses
+// it in one line naming the file and the header's values (README, "Bad input"), and stores
+// nothing.
+static void test_drain_damaged(void) {
+    char err[512];
+    ProbeRing *r = probe_ring_create(at("damaged.ring"), 256, 1, err, sizeof err);
+    EXPECT(r, "create: %s", err);
+    if (!r) return;
+    for (int64_t c = 1; c <= 3; c++)
+        probe_ring_emit(r, PROBE_GRAD_READY, 0, 0, 0, 0, c, 0, NULL, 0);
+    probe_ring_close(r);
+    // Zero the header after its identity and live state: head, tail and overruns (probe.h's
+    // layout keeps them in the 4 KiB header's later cache lines).
+    int fd = open(at("damaged.ring"), O_WRONLY);
+    static const char zeros[4096 - 64];
+    EXPECT(fd >= 0 && pwrite(fd, zeros, sizeof zeros, 64) == (ssize_t)sizeof zeros, "pwrite");
+    close(fd);
+    ProbeDrainReport rep;
+    EXPECT(probe_drain(at("damaged.ring"), at("damaged.db"), &rep, err, sizeof err) == -1,
+           "a damaged ring drains");
+    char want[600];
+    snprintf(want, sizeof want, "ring %s is damaged: its header says head 0, tail 0",
+             at("damaged.ring"));
+    EXPECT(!strcmp(err, want), "got '%s', expected '%s'", err, want);
+}
+
 // ---- tables, text, heartbeats, another process's HANG ---------------------------------------
 
 static void test_tables_and_text(void) {
@@ -681,13 +708,14 @@ static void test_disk_full(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_probe.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("cannot create a temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_threads_conserved();
     test_processes_conserved();
     test_overrun_counted();
     test_burst_wakes_writer();
     test_kill9_drained();
     test_drain_in_flight();
+    test_drain_damaged();
     test_tables_and_text();
     test_bad_ring();
     test_bad_db();

@@ -1,4 +1,10 @@
-/* test_probe_cupti.c -- GPU activity in the trace (probe/cupti.h). Everywhere: with tracing off
+/* test_probe_cupti.c -- GPU activity in the trace (probe/cupti.h). Everywhere: synthetic
+ * activity records through probe/gpu_activity (the path every CUPTI record takes) into a real
+ * trace: NCCL kernels tied to their collective by stream and launch order, whatever their
+ * correlation ids (as from NCCL's own thread), on two streams at once, an NCCL kernel with no
+ * collective waiting counted untied, the per-step bound on other rows (counted by step start,
+ * records arriving late and out of step order, a stream of collectives exempt), the bound
+ * from DDPDBG_GPU_ROWS_PER_STEP; then, with tracing off
  * (a NULL probe) start succeeds and records nothing, and correlate push/pop and stop do nothing
  * before a start; then, in a child (the parent never touches CUDA: a context does not survive
  * fork), start on a real probe fails with its documented line and one warning when the build
@@ -7,9 +13,11 @@
  * CUDA runtime are recorded with their bytes and host-clock times inside the window the test
  * saw on CLOCK_REALTIME, and two NCCL ranks (forked as in test_comm_nccl.c) allreduce
  * ROUNDS times: rank 0's trace ties, through GPU_CORRELATION, each round's staging copies to
- * its sequence number and an NCCL kernel to the last one (an earlier round may launch from
- * NCCL's own thread while it connects, which no correlation reaches: printed, not checked). */
+ * its sequence number, and exactly one NCCL kernel to each round by stream order (an earlier
+ * round may launch from NCCL's own thread while it connects, which no correlation reaches),
+ * none left untied. */
 #include "probe/cupti.h"
+#include "probe/gpu_activity.h"
 #include "probe/probe.h"
 #include "trainer/dist/comm.h"
 
@@ -17,6 +25,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sqlite3.h>
@@ -113,6 +122,143 @@ static void test_off_is_a_no_op(void) {
     EXPECT(q_int(db, "SELECT count(*) FROM meta WHERE key LIKE 'cupti%%'") == 0,
            "a probe that never recorded GPU activity has no cupti meta");
     sqlite3_close(db);
+}
+
+// ---- everywhere: synthetic records through gpu_activity ------------------------------------------
+
+enum { COMPUTE = 3, COMM_A = 7, COMM_B = 9, CAP = 4 };
+
+static GpuRecord kernel(uint32_t stream, uint32_t corr, int64_t start, const char *name) {
+    return (GpuRecord){.kind = GPU_RECORD_KERNEL, .correlation = corr, .stream = stream,
+                       .start_ns = start, .end_ns = start + 10, .name = name};
+}
+
+static void test_synthetic_records(void) {
+    ProbeConfig cfg = {.dir = at("synthetic"), .rank = 0};
+    Probe *p = probe_open(&cfg);
+    EXPECT(p, "probe_open %s", cfg.dir);
+    GpuActivity *g = gpu_activity_new(p, CAP);
+    const char *ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
+    // Launch order: seq 0 (joining), 1, 2 on stream A; 3 on stream B.
+    gpu_activity_collective(g, COMM_A, 0);
+    gpu_activity_collective(g, COMM_A, 1);
+    gpu_activity_collective(g, COMM_B, 3);
+    gpu_activity_collective(g, COMM_A, 2);
+    // A record before any step: charged to the time before the first step.
+    GpuRecord r = kernel(COMPUTE, 10, 500, "conv_fwd_kernel");
+    gpu_activity_record(g, &r);
+    gpu_activity_step(g, 0, 1000);
+    gpu_activity_step(g, 1, 2000);
+    // Kernels of NCCL's thread: correlation ids no push reached, interleaved across streams.
+    uint32_t corr_a[3] = {9001, 9002, 9005}, corr_b = 9003;
+    for (int k = 0; k < 3; k++) {
+        r = kernel(COMM_A, corr_a[k], 1100 + 300 * k, ar);
+        gpu_activity_record(g, &r);
+        if (k == 1) {
+            r = kernel(COMM_B, corr_b, 1450, ar);
+            gpu_activity_record(g, &r);
+        }
+    }
+    r = kernel(COMM_A, 9006, 1900, ar); // a fourth NCCL kernel: no collective waits for it
+    gpu_activity_record(g, &r);
+    r = kernel(COMM_B + 1, 9007, 1950, ar); // NCCL work on a stream none of ours used
+    gpu_activity_record(g, &r);
+    // Staging copies on a collective's stream: never bounded.
+    for (int k = 0; k < 3 * CAP; k++) {
+        r = (GpuRecord){.kind = GPU_RECORD_MEMCPY, .correlation = 8000 + k, .stream = COMM_A,
+                        .copy_kind = 1, .start_ns = 1200 + k, .end_ns = 1201 + k, .bytes = 64};
+        gpu_activity_record(g, &r);
+    }
+    // Compute kernels: 10 in step 1 arrive first, then 10 of step 0 (late), and memsets.
+    for (int k = 0; k < 10; k++) {
+        r = kernel(COMPUTE, 100 + k, 2000 + 50 * k, "layernorm_fwd_kernel");
+        gpu_activity_record(g, &r);
+    }
+    for (int k = 0; k < 10; k++) {
+        r = kernel(COMPUTE, 200 + k, 1000 + 50 * k, "gemm_kernel");
+        gpu_activity_record(g, &r);
+    }
+    r = (GpuRecord){.kind = GPU_RECORD_MEMSET, .correlation = 300, .stream = COMPUTE,
+                    .device = 0, .start_ns = 2600, .end_ns = 2610, .bytes = 4096};
+    gpu_activity_record(g, &r); // step 1 is full: filtered
+    GpuActivityStats st = gpu_activity_stats(g);
+    EXPECT(st.tied == 4 && st.nccl_untied == 2, "tied %llu, untied %llu",
+           (unsigned long long)st.tied, (unsigned long long)st.nccl_untied);
+    EXPECT(st.filtered == 6 + 6 + 1, "filtered %llu: 6 of each step's 10 kernels, the memset",
+           (unsigned long long)st.filtered);
+    EXPECT(st.rows == 1 + 5 + 1 + 3 * CAP + 2 * CAP, "rows %llu", (unsigned long long)st.rows);
+    gpu_activity_free(g);
+    probe_close(p);
+
+    sqlite3 *db = db_open(at("synthetic/rank0.db"));
+    // The README's query: each NCCL kernel with its collective.
+    const char *tie = "SELECT x.c FROM events k JOIN events x ON x.kind = %d AND x.iter = k.iter "
+                      "AND x.a = k.iter AND x.b = 1 WHERE k.kind = %d AND k.iter = %d";
+    int64_t want[][2] = {{9001, 0}, {9002, 1}, {9005, 2}, {9003, 3}};
+    for (int k = 0; k < 4; k++)
+        EXPECT(q_int(db, tie, PROBE_GPU_CORRELATION, PROBE_GPU_KERNEL, (int)want[k][0]) ==
+                   want[k][1],
+               "NCCL kernel of correlation %lld: collective %lld by its stream's order",
+               (long long)want[k][0], (long long)want[k][1]);
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND iter IN (9006, 9007)",
+                 PROBE_GPU_CORRELATION) == 0 &&
+               q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND iter IN (9006, 9007)",
+                     PROBE_GPU_KERNEL) == 2,
+           "untied NCCL kernels are written, with no tie");
+    EXPECT(q_int(db, "SELECT count(*) FROM events x JOIN events k ON k.kind = %d AND k.iter = "
+                     "x.iter WHERE x.kind = %d AND x.seq > k.seq",
+                 PROBE_GPU_KERNEL, PROBE_GPU_CORRELATION) == 0,
+           "every tie comes before its kernel's row");
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND iter BETWEEN 100 AND 109",
+                 PROBE_GPU_KERNEL) == CAP &&
+               q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND iter BETWEEN 200 AND "
+                         "209", PROBE_GPU_KERNEL) == CAP,
+           "each step wrote %d compute kernels", CAP);
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND b = %d", PROBE_GPU_MEMCPY,
+                 COMM_A) == 3 * CAP,
+           "every copy on a collective's stream");
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = %d", PROBE_GPU_MEMSET) == 0,
+           "the memset past the bound is not written");
+    EXPECT(q_int(db, "SELECT count(*) FROM events WHERE kind = %d AND iter = 10 AND c = 500 AND "
+                     "d = 510 AND text = 'conv_fwd_kernel'", PROBE_GPU_KERNEL) == 1,
+           "a kernel row's columns");
+    sqlite3_close(db);
+
+    // One stream of collectives: an NCCL kernel on another stream (NCCL's own) keeps its order.
+    g = gpu_activity_new(NULL, 0);
+    gpu_activity_collective(g, COMM_A, 5);
+    gpu_activity_collective(g, COMM_A, 6);
+    r = kernel(COMM_B, 1, 10, ar);
+    gpu_activity_record(g, &r);
+    r = kernel(COMM_A, 2, 20, ar);
+    gpu_activity_record(g, &r);
+    r = kernel(COMM_B, 3, 30, ar);
+    gpu_activity_record(g, &r);
+    st = gpu_activity_stats(g);
+    EXPECT(st.tied == 2 && st.nccl_untied == 1, "one stream of collectives: tied %llu, untied %llu",
+           (unsigned long long)st.tied, (unsigned long long)st.nccl_untied);
+    gpu_activity_free(g);
+
+    // No bound: everything; the environment's bound.
+    g = gpu_activity_new(NULL, 0);
+    gpu_activity_step(g, 0, 0);
+    for (int k = 0; k < 50; k++) {
+        r = kernel(COMPUTE, (uint32_t)k, 10 + k, "k");
+        gpu_activity_record(g, &r);
+    }
+    EXPECT(gpu_activity_stats(g).rows == 50 && gpu_activity_stats(g).filtered == 0,
+           "0: no bound");
+    gpu_activity_free(g);
+    unsetenv("DDPDBG_GPU_ROWS_PER_STEP");
+    EXPECT(gpu_activity_rows_per_step_from_env() == GPU_ROWS_PER_STEP_DEFAULT, "default");
+    setenv("DDPDBG_GPU_ROWS_PER_STEP", "0", 1);
+    EXPECT(gpu_activity_rows_per_step_from_env() == 0, "0 from the environment");
+    setenv("DDPDBG_GPU_ROWS_PER_STEP", "12", 1);
+    EXPECT(gpu_activity_rows_per_step_from_env() == 12, "12 from the environment");
+    setenv("DDPDBG_GPU_ROWS_PER_STEP", "many", 1);
+    EXPECT(gpu_activity_rows_per_step_from_env() == GPU_ROWS_PER_STEP_DEFAULT,
+           "not a count: the default (and a warning)");
+    unsetenv("DDPDBG_GPU_ROWS_PER_STEP");
 }
 
 // In a child, stderr into a file: can this machine record GPU activity? Exits 0 (yes: start
@@ -324,13 +470,17 @@ static void expect_gpu_trace(void) {
                      PROBE_GPU_CORRELATION, seq, PROBE_GPU_MEMCPY,
                      ALLREDUCE_NUMEL * (int)sizeof(float)) == 1,
                "collective %d: its host-to-device copy is tied to it", seq);
-        printf("collective %d: %lld NCCL kernels tied to it\n", seq,
-               (long long)q_int(db,
-                                "SELECT count(*) FROM events k JOIN events x ON x.kind = %d AND "
-                                "x.iter = k.iter AND x.c = %d WHERE k.kind = %d AND k.text LIKE "
-                                "'%%nccl%%'",
-                                PROBE_GPU_CORRELATION, seq, PROBE_GPU_KERNEL));
+        // By stream order: exactly one NCCL kernel, whichever thread launched it.
+        int64_t by_order = q_int(db,
+                                 "SELECT count(*) FROM events k JOIN events x ON x.kind = %d AND "
+                                 "x.iter = k.iter AND x.b = 1 AND x.c = %d WHERE k.kind = %d AND "
+                                 "k.text LIKE 'nccl%%'",
+                                 PROBE_GPU_CORRELATION, seq, PROBE_GPU_KERNEL);
+        EXPECT(by_order == 1, "collective %d: %lld NCCL kernels tied by stream order", seq,
+               (long long)by_order);
     }
+    EXPECT(q_int(db, "SELECT value FROM meta WHERE key = 'cupti_nccl_untied'") == 0,
+           "every NCCL kernel found its collective");
     int64_t kernels = q_int(db,
                             "SELECT count(*) FROM events WHERE kind = %d AND text LIKE "
                             "'%%nccl%%' AND c > 0 AND c <= d",
@@ -352,8 +502,9 @@ static void expect_gpu_trace(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_probe_cupti.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("cannot create a temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_off_is_a_no_op();
+    test_synthetic_records();
 
     fflush(stdout);
     fflush(stderr);

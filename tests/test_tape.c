@@ -244,7 +244,29 @@ static void test_four_way_tie(void) {
     teardown(&f);
 }
 
+// The step arena: once a step outgrew the block, reset makes one block with a margin, so the
+// next steps (a little larger: more boxes) allocate nothing new (issue 14's slow steps).
+static void test_arena_regrows_once(void) {
+    Arena a;
+    arena_init(&a, DEV_CPU, 1 << 20);
+    for (int k = 0; k < 5; k++) arena_alloc_data(&a, 900 << 10); // 4.5 MiB over 1 MiB chunks
+    EXPECT(a.data.reserved >= 5 << 20, "the first step should span several chunks");
+    arena_reset(&a);
+    size_t block = a.data.reserved;
+    EXPECT(block >= a.data.peak + a.data.peak / 8, "block %zu for peak %zu: no margin", block, a.data.peak);
+    for (int step = 1; step <= 4; step++) { // each step 2 % larger than the one before
+        size_t total = (size_t)(4.5 * (1 << 20) * (1.0 + 0.02 * step));
+        for (size_t got = 0; got < total; got += 64 << 10) arena_alloc_data(&a, 64 << 10);
+        EXPECT(a.data.reserved == block, "step %d outgrew the block", step);
+        arena_reset(&a);
+        EXPECT(a.data.reserved == block, "step %d reallocated: %zu -> %zu bytes", step, block,
+               a.data.reserved);
+    }
+    arena_free(&a);
+}
+
 int main(void) {
+    test_arena_regrows_once();
     test_chain();
     test_shared_weight();
     test_fan_out();

@@ -7,6 +7,7 @@
  * events the teaching mode loads equal plain SQL counts. */
 #include "tui/model/model.h"
 
+#include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -20,6 +21,7 @@
 #include "tests/expect.h"
 #include "tests/sqlite_query.h"
 #include "tests/trace_synth.h"
+#include "tui/diagnosis/export.h"
 #include "tui/teach/teach.h"
 
 static char tmp[256];
@@ -323,6 +325,35 @@ static void test_synthetic(void) {
                m.ranks[0].gpu[0].kind == PROBE_GPU_KERNEL &&
                m.ranks[0].gpu[0].t_end_ns > m.ranks[0].gpu[0].t_start_ns,
            "6 kernels, one name, correlated to their bucket allreduce");
+    // The export draws each kernel on its collective's track (10, 11, ...), nested under it,
+    // when it ran inside the collective's span; else on its stream's track (100 + 7).
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    EXPECT(export_chrome(&m, f) == 0, "export");
+    fclose(f);
+    int nested = 0, on_stream = 0;
+    for (const char *p = json; (p = strstr(p, "\"cat\":\"gpu\"")); p++) {
+        const char *start = p;
+        while (start > json && *start != '{') start--;
+        const char *tid = strstr(start, "\"tid\":");
+        int t = tid && tid < p + 200 ? atoi(tid + 6) : -1;
+        nested += t >= 10 && t < 100, on_stream += t == 107;
+    }
+    int inside = 0, n_gpu = 0;
+    for (int r = 0; r < m.world; r++)
+        for (int i = 0; i < m.ranks[r].n_gpu; i++, n_gpu++) {
+            const ModelGpu *g = &m.ranks[r].gpu[i];
+            const ModelCollective *c = model_rank_coll(&m.ranks[r], g->coll_seq);
+            inside += c && c->t_done_ns && g->t_start_ns >= c->t_launch_ns &&
+                      g->t_end_ns <= c->t_done_ns;
+        }
+    printf("export: %d GPU spans nested under their collective, %d on the stream track (%d "
+           "inside their collective's span)\n", nested, on_stream, inside);
+    EXPECT(nested == inside && nested + on_stream == n_gpu && nested > 0,
+           "kernels inside their collective nest under it: %d nested, %d on the stream, %d inside",
+           nested, on_stream, inside);
+    free(json);
     model_free(&m);
 }
 
@@ -507,7 +538,7 @@ static void test_refresh_and_readonly(void) {
 
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/test_tracemodel.XXXXXX");
-    if (!mkdtemp(tmp)) SKIP("no temporary directory");
+    REQUIRE(mkdtemp(tmp), "mkdtemp %s: %s", tmp, strerror(errno));
     test_examples();
     test_every_example();
     test_synthetic();

@@ -5,7 +5,10 @@
  * reported by rank 1, the collectives diverging at #12, the timeline, the diagnosis hook, the
  * teaching mode's explanations; then the keys (views, search, drill-down, iteration scrubber,
  * help, quit), the parameter grouping on its own, and every view at many sizes (nothing but
- * printable ASCII, nothing drawn outside the screen). No terminal, no model.c, no database.
+ * printable ASCII, nothing drawn outside the screen). No terminal. Last, the first screen on
+ * the recorded field report (traces/examples/field_report, through model.c and the diagnosis):
+ * at 80x24 and at 160x48 it opens on the root cause, naming the never-reported parameters
+ * grouped, the bucket that never launched, the collective rank 1 waited in and the top fix.
  *
  * tui/ is not in the library the tests link, so the files under test are compiled in here. */
 #include "tui/views/facts.c"
@@ -24,6 +27,7 @@
 
 #include "tests/expect.h"
 #include "tests/tui_fixture.h"
+#include "tui/diagnosis/rootcause.h"
 
 static const char *DEC_BBOX = "model.28.dec_bbox_head.{0..5}.layers.{0..2}.{weight,bias}";
 
@@ -141,6 +145,12 @@ static void test_facts(const Model *m) {
            "ranks %s", buf);
     EXPECT(!strcmp(facts_fmt_count(32814296, buf, sizeof buf), "32.8M"), "count %s", buf);
     EXPECT(!strcmp(facts_fmt_age(125000000000, buf, sizeof buf), "2m05s"), "age %s", buf);
+    // offsets from the trace's start carry one sign: events before it (the first layout) too
+    EXPECT(!strcmp(facts_fmt_at(-2000000, 1000000000, buf, sizeof buf), "-0.002s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(-200000, 1000000000, buf, sizeof buf), "+0.000s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(312000000, 1000000000, buf, sizeof buf), "+0.312s"), "at %s", buf);
+    EXPECT(!strcmp(facts_fmt_at(-125000000000, 300000000000, buf, sizeof buf), "-2m05s"), "at %s",
+           buf);
 }
 
 static void test_views(const Model *m) {
@@ -486,6 +496,68 @@ static void test_screen(void) {
     screen_free(&s);
 }
 
+// The first screen: `ddpdbg tui` and the live view open on the root cause when there is one.
+static void test_first_screen(void) {
+    Model m;
+    char err[512];
+    if (model_load(&m, "traces/examples/field_report", err, sizeof err) < 0) {
+        EXPECT(0, "the field report's example trace: %s", err);
+        return;
+    }
+    Finding *f;
+    int n = diagnose(&m, &f);
+    char *root = rootcause_text(&m, f, n);
+    EXPECT(root != NULL, "the field report has a root cause");
+    static const char *const want[] = {
+        "root cause [1]: rank 0 never marked 25 parameters ready at iteration 1",
+        "never reported on rank 0 at iteration 1 (25 tensors):",
+        "model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors",
+        "model.27.enc_bbox_head.layers.{0..2}.{weight,bias}  6 tensors",
+        "model.27.denoising_class_embed.weight  1 tensor",
+        "bucket 0 never launched on rank 0: 91 of its 116 parameters were ready",
+        "rank 1 waited in collective #12 (allreduce of bucket 0, 264524 elements)",
+        "fix: find_unused_parameters=True: after every forward DDP searches",
+    };
+    static const int sizes[][2] = {{80, 24}, {160, 48}};
+    Screen s = {0};
+    for (int k = 0; k < 2; k++) {
+        Ui ui;
+        ui_init(&ui, &m, false, NULL);
+        ui_set_root_cause(&ui, root);
+        EXPECT(ui.view == VIEW_DIAGNOSIS, "opens on the Diagnosis view");
+        render(&s, &m, &ui, sizes[k][0], sizes[k][1]);
+        int bad = expect_failures;
+        for (size_t w = 0; w < sizeof want / sizeof *want; w++) {
+            int y = screen_find(&s, want[w]);
+            EXPECT(y >= 3 && y < s.rows - 1, "%dx%d: '%s' on screen (row %d)", sizes[k][0],
+                   sizes[k][1], want[w], y);
+        }
+        EXPECT(style_of(&s, "root cause [1]") == ST_BAD, "the title in the error style");
+        EXPECT(style_of(&s, "model.27.dec_bbox_head") == ST_ACCENT, "the names highlighted");
+        if (expect_failures > bad) dump(&s, "first screen");
+    }
+    // live: no root cause yet, the Ranks view; it appears, the view goes to it, once
+    Ui ui;
+    ui_init(&ui, &m, true, NULL);
+    ui_set_root_cause(&ui, NULL);
+    EXPECT(ui.view == VIEW_RANKS, "live, nothing found yet: Ranks");
+    ui_set_root_cause(&ui, root);
+    EXPECT(ui.view == VIEW_DIAGNOSIS, "live: the root cause appears, the view goes to it");
+    ui_key(&ui, &m, '1');
+    ui_set_root_cause(&ui, root);
+    EXPECT(ui.view == VIEW_RANKS, "once: later diagnoses leave the user's view alone");
+    // a user who chose a view before the root cause appeared stays there, told where it is
+    ui_init(&ui, &m, true, NULL);
+    ui_key(&ui, &m, '3');
+    ui_set_root_cause(&ui, root);
+    EXPECT(ui.view == VIEW_PARAMS && strstr(ui.message, "6 shows it"),
+           "the user's view is kept: %d '%s'", ui.view, ui.message);
+    screen_free(&s);
+    free(root);
+    findings_free(f, n);
+    model_free(&m);
+}
+
 int main(void) {
     Model m;
     fixture_field_report(&m, 2);
@@ -496,5 +568,6 @@ int main(void) {
     test_teach(&m);
     test_sizes(&m);
     fixture_free(&m);
+    test_first_screen();
     return expect_report();
 }

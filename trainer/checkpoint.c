@@ -84,6 +84,16 @@ static void put_i64(Out *o, int64_t v) { put(o, &v, 8); }
 static void put_u64(Out *o, uint64_t v) { put(o, &v, 8); }
 static void put_f64(Out *o, double v) { put(o, &v, 8); }
 static void put_floats(Out *o, const float *p, int64_t n) { put(o, p, sizeof(float) * (size_t)n); }
+// A tensor's data, copied to the host through the backend (only when writing, not counting).
+static void put_tensor(Out *o, const Tensor *t) {
+    if (!o->f) {
+        o->bytes += sizeof(float) * (size_t)t->n;
+        return;
+    }
+    float *h = tensor_host_copy(t);
+    put_floats(o, h, t->n);
+    free(h);
+}
 static void put_str(Out *o, const char *s) {
     size_t n = strlen(s);
     CHECK(n <= MAX_NAME, "name too long for a checkpoint: %s", s);
@@ -126,10 +136,10 @@ static void put_layout(Out *o, const Checkpoint *c) {
 
 static void put_model(Out *o, const Checkpoint *c) {
     const Registry *r = c->model;
-    for (int i = 0; i < r->n_params; i++) put_floats(o, r->params[i]->data, r->params[i]->n);
+    for (int i = 0; i < r->n_params; i++) put_tensor(o, r->params[i]);
     for (int b = 0; b < r->n_buffers; b++) {
         const RegBuffer *rb = &r->buffers[b];
-        if (rb->t) put_floats(o, rb->t->data, rb->t->n);
+        if (rb->t) put_tensor(o, rb->t);
         else put_i64(o, *rb->count);
     }
 }
@@ -314,6 +324,17 @@ static void get_i64_to(In *in, int64_t *dst) {
 static void get_floats_to(In *in, float *dst, int64_t n) {
     get(in, in->apply ? dst : NULL, sizeof(float) * (size_t)n);
 }
+// A tensor's data: read on the host and, in the second pass, copied to its device.
+static void get_tensor_to(In *in, Tensor *t) {
+    if (!in->apply) {
+        get(in, NULL, sizeof(float) * (size_t)t->n);
+        return;
+    }
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(t->n, 1));
+    get(in, h, sizeof(float) * (size_t)t->n);
+    if (!in->failed) tensor_write(t, h);
+    free(h);
+}
 static bool get_str(In *in, char *buf) { // buf: MAX_NAME + 1 bytes
     uint32_t n = get_u32(in);
     if (in->failed) return false;
@@ -408,10 +429,10 @@ static void read_layout(In *in, Checkpoint *c) {
 
 static void read_model(In *in, Checkpoint *c) {
     Registry *r = c->model;
-    for (int i = 0; i < r->n_params; i++) get_floats_to(in, r->params[i]->data, r->params[i]->n);
+    for (int i = 0; i < r->n_params; i++) get_tensor_to(in, r->params[i]);
     for (int b = 0; b < r->n_buffers; b++) {
         RegBuffer *rb = &r->buffers[b];
-        if (rb->t) get_floats_to(in, rb->t->data, rb->t->n);
+        if (rb->t) get_tensor_to(in, rb->t);
         else get_i64_to(in, rb->count);
     }
 }

@@ -4,7 +4,11 @@
  * (runs/detect/train by default; no train2, train3 numbering). DDP's arguments are
  * DistributedDataParallel's keywords (find_unused_parameters=, static_graph=,
  * bucket_cap_mb=, gradient_as_bucket_view=, broadcast_buffers=) plus backend=, timeout=
- * (seconds, collectives) and rdzv_timeout= (seconds, start-up); fault= may repeat. */
+ * (seconds, collectives), rdzv_timeout= (seconds, start-up), nccl_hostid= (rank: the
+ * test-only opt-in that lets NCCL ranks share a GPU, comm.h) and check_ddp_settings= (ours:
+ * false drops the construction check that every rank has the same DDP settings, so that
+ * mismatched settings behave as in PyTorch); fault= may repeat; device=
+ * (trainer/device.h: cpu, fake, 0, 0,1; default DDPDBG_DEVICE, else cpu). */
 #include "trainer/cmd_train.h"
 
 #include <stdlib.h>
@@ -14,6 +18,8 @@
 #include "kernels/base.h" // DIE
 #include "trainer/fault.h"
 #include "trainer/cli.h"
+#include "trainer/device.h"
+#include "trainer/dist/comm.h" // pg_parse_nccl_hostid
 #include "trainer/train.h"
 
 // Ultralytics' booleans: true/false in either case.
@@ -68,10 +74,14 @@ int cmd_train(int argc, char **argv) {
                *weight_decay = "0.0005", *warmup_epochs = "3.0", *warmup_momentum = "0.8",
                *warmup_bias_lr = "0.1", *nbs = "64", *seed = "0", *val = "true",
                *threads = threads_default, *out = NULL, *project = NULL, *name = NULL,
-               *resume = NULL, *conf = "0.001", *augment = "true", *find_unused = "false",
+               *resume = NULL, *conf = "0.001", *augment = "true", *mosaic = NULL,
+               *close_mosaic = NULL, *degrees = NULL, *translate = NULL, *scale = NULL,
+               *shear = NULL, *hsv_h = NULL, *hsv_s = NULL, *hsv_v = NULL, *fliplr = NULL,
+               *find_unused = "false",
                *static_graph = "false", *bucket_cap_mb = NULL, *grad_as_view = "false",
-               *broadcast_buffers = "true", *backend = "gloo", *timeout = "0",
-               *rdzv_timeout = "120", *trace = getenv("DDPDBG_TRACE_DIR");
+               *broadcast_buffers = "true", *check_ddp_settings = "true", *backend = "gloo",
+               *timeout = "0", *rdzv_timeout = "120", *nccl_hostid = NULL,
+               *trace = getenv("DDPDBG_TRACE_DIR"), *device = device_default_spec();
     const KeyArg keys[] = {{"model", &model},
                            {"data", &data},
                            {"imgsz", &imgsz},
@@ -95,15 +105,28 @@ int cmd_train(int argc, char **argv) {
                            {"resume", &resume},
                            {"conf", &conf},
                            {"augment", &augment},
+                           {"mosaic", &mosaic},
+                           {"close_mosaic", &close_mosaic},
+                           {"degrees", &degrees},
+                           {"translate", &translate},
+                           {"scale", &scale},
+                           {"shear", &shear},
+                           {"hsv_h", &hsv_h},
+                           {"hsv_s", &hsv_s},
+                           {"hsv_v", &hsv_v},
+                           {"fliplr", &fliplr},
                            {"find_unused_parameters", &find_unused},
                            {"static_graph", &static_graph},
                            {"bucket_cap_mb", &bucket_cap_mb},
                            {"gradient_as_bucket_view", &grad_as_view},
                            {"broadcast_buffers", &broadcast_buffers},
+                           {"check_ddp_settings", &check_ddp_settings},
                            {"backend", &backend},
                            {"timeout", &timeout},
                            {"rdzv_timeout", &rdzv_timeout},
-                           {"trace", &trace}};
+                           {"nccl_hostid", &nccl_hostid},
+                           {"trace", &trace},
+                           {"device", &device}};
     Fault faults[FAULT_MAX];
     int n_faults;
     argc = take_faults(argc, argv, faults, &n_faults);
@@ -138,6 +161,26 @@ int cmd_train(int argc, char **argv) {
     c.seed = (uint64_t)cli_parse_int("train", "seed", seed, 0, INT64_MAX);
     c.val = parse_bool("val", val);
     c.augment = parse_bool("augment", augment);
+    // Ultralytics' augmentation hyperparameters (default.yaml's names): each 0 turns its
+    // transform off; augment=false turns them all off.
+    AugmentConfig *a = &c.aug;
+    const char *unit = "a number in [0, 1]";
+    if (mosaic) a->mosaic = (float)cli_parse_double("train", "mosaic", mosaic, 0, 1, unit);
+    if (close_mosaic)
+        a->close_mosaic = (int)cli_parse_int("train", "close_mosaic", close_mosaic, 0, 1 << 20);
+    if (degrees)
+        a->degrees = (float)cli_parse_double("train", "degrees", degrees, 0, 180,
+                                             "a number of degrees in [0, 180]");
+    if (translate) a->translate = (float)cli_parse_double("train", "translate", translate, 0, 1, unit);
+    if (scale)
+        a->scale = (float)cli_parse_double("train", "scale", scale, 0, 0.99, "a number in [0, 0.99]");
+    if (shear)
+        a->shear = (float)cli_parse_double("train", "shear", shear, 0, 89,
+                                           "a number of degrees in [0, 89]");
+    if (hsv_h) a->hsv_h = (float)cli_parse_double("train", "hsv_h", hsv_h, 0, 1, unit);
+    if (hsv_s) a->hsv_s = (float)cli_parse_double("train", "hsv_s", hsv_s, 0, 1, unit);
+    if (hsv_v) a->hsv_v = (float)cli_parse_double("train", "hsv_v", hsv_v, 0, 1, unit);
+    if (fliplr) a->fliplr = (float)cli_parse_double("train", "fliplr", fliplr, 0, 1, unit);
     c.threads = (int)cli_parse_int("train", "threads", threads, 1, 1024);
     c.conf = cli_parse_double("train", "conf", conf, 0, 1, "a number in [0, 1]");
     char dir[4096];
@@ -161,6 +204,7 @@ int cmd_train(int argc, char **argv) {
     d->reducer.static_graph = parse_bool("static_graph", static_graph);
     d->reducer.gradient_as_bucket_view = parse_bool("gradient_as_bucket_view", grad_as_view);
     d->broadcast_buffers = parse_bool("broadcast_buffers", broadcast_buffers);
+    d->check_settings = parse_bool("check_ddp_settings", check_ddp_settings);
     if (bucket_cap_mb) {
         // PyTorch 2.x: a cap the user chose applies to the first bucket too (no 1 MiB bucket).
         double mb = cli_parse_double("train", "bucket_cap_mb", bucket_cap_mb, 1e-6, 1e6,
@@ -175,10 +219,25 @@ int cmd_train(int argc, char **argv) {
     c.backend = backend;
     c.timeout_s = (int)cli_parse_int("train", "timeout", timeout, 0, 7 * 24 * 3600);
     c.rdzv_timeout_s = (int)cli_parse_int("train", "rdzv_timeout", rdzv_timeout, 1, 24 * 3600);
+    char why[512];
+    const char *hostid_from = "ddpdbg-train train: nccl_hostid";
+    if (!nccl_hostid) { // the environment's opt-in, checked here so that a typo fails at once
+        hostid_from = "ddpdbg-train train: DDPDBG_NCCL_HOSTID";
+        nccl_hostid = getenv("DDPDBG_NCCL_HOSTID");
+    }
+    if (pg_parse_nccl_hostid(hostid_from, nccl_hostid, &c.nccl_hostid_per_rank, why, sizeof why))
+        DIE(2, "%s", why);
     const char *debug = getenv("TORCH_DISTRIBUTED_DEBUG");
     if (debug_level_parse(debug, &d->reducer.debug))
         DIE(2, "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=%s: expected OFF, INFO or DETAIL",
             debug);
+    // device=: checked here so that a CUDA device in a CPU build is one line and exit 2
+    // before anything loads; train_run picks this rank's entry of a list by LOCAL_RANK.
+    const char *local_rank = getenv("LOCAL_RANK");
+    DeviceChoice dev;
+    if (device_parse(device, local_rank ? atoi(local_rank) : 0, &dev, why, sizeof why))
+        DIE(2, "ddpdbg-train train: %s", why);
+    c.device = device;
     c.faults = faults;
     c.n_faults = n_faults;
     c.trace_dir = trace; // trace=DIR, else DDPDBG_TRACE_DIR (set by `ddpdbg run --trace`)

@@ -23,13 +23,19 @@ void tape_init(Tape *t, Arena *arena, int n_threads) {
 }
 
 // ---- released gradient buffers, reused by size (numel) ----
-// A free buffer stores the next free buffer of its size in its first bytes: every arena
-// allocation is at least 64 bytes, so a pointer fits even for a 1-element gradient.
+// The free lists live on the host (the buffers are backend memory, which host code may not
+// touch): per size, a stack of buffer pointers. tape_reset empties the stacks (their buffers
+// are the step arena's) but keeps their storage.
 #define POOL_SLOTS 1024 // open addressing; distinct gradient sizes of one model are far fewer
+
+typedef struct PoolStack {
+    float **bufs;
+    int64_t n, cap;
+} PoolStack;
 
 typedef struct GradPool {
     int64_t numel[POOL_SLOTS]; // 0 = empty slot
-    void *head[POOL_SLOTS];
+    PoolStack free[POOL_SLOTS];
 } GradPool;
 
 static int64_t pool_slot(GradPool *p, int64_t n) {
@@ -44,10 +50,9 @@ static int64_t pool_slot(GradPool *p, int64_t n) {
 static float *pool_take(Tape *t, int64_t n) {
     if (!t->pool) return NULL;
     int64_t s = pool_slot(t->pool, n);
-    if (s < 0 || t->pool->numel[s] != n || !t->pool->head[s]) return NULL;
-    void *buf = t->pool->head[s];
-    memcpy(&t->pool->head[s], buf, sizeof(void *));
-    return buf;
+    if (s < 0 || t->pool->numel[s] != n || !t->pool->free[s].n) return NULL;
+    PoolStack *st = &t->pool->free[s];
+    return st->bufs[--st->n];
 }
 
 static void pool_give(Tape *t, float *buf, int64_t n) {
@@ -55,11 +60,17 @@ static void pool_give(Tape *t, float *buf, int64_t n) {
     int64_t s = pool_slot(t->pool, n);
     if (s < 0) return;
     t->pool->numel[s] = n;
-    memcpy(buf, &t->pool->head[s], sizeof(void *));
-    t->pool->head[s] = buf;
+    PoolStack *st = &t->pool->free[s];
+    if (st->n == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 8;
+        st->bufs = xrealloc(st->bufs, sizeof(float *) * (size_t)st->cap);
+    }
+    st->bufs[st->n++] = buf;
 }
 
 void tape_free(Tape *t) {
+    if (t->pool)
+        for (int s = 0; s < POOL_SLOTS; s++) free(t->pool->free[s].bufs);
     free(t->pool);
     t->pool = NULL;
     free(t->nodes);
@@ -70,7 +81,8 @@ void tape_free(Tape *t) {
 void tape_reset(Tape *t) {
     t->n_nodes = 0;
     t->n_callbacks = 0;
-    if (t->pool) memset(t->pool, 0, sizeof *t->pool); // its buffers live in the arena
+    if (t->pool) // the buffers live in the arena: forget them, keep the stacks' storage
+        for (int s = 0; s < POOL_SLOTS; s++) t->pool->free[s].n = 0;
     arena_reset(t->arena);
 }
 
@@ -81,20 +93,22 @@ bool tape_needs_grad(const Tape *t, Tensor *const *in, int n_in) {
     return false;
 }
 
-void *tape_alloc(Tape *t, size_t nbytes) { return arena_alloc(t->arena, nbytes); }
+void *tape_alloc(Tape *t, size_t nbytes) { return arena_alloc_host(t->arena, nbytes); }
+
+void *tape_alloc_data(Tape *t, size_t nbytes) { return arena_alloc_data(t->arena, nbytes); }
 
 Node *tape_record(Tape *t, const OpInfo *info, Tensor *const *in, int n_in, Tensor *const *out,
                   int n_out) {
     if (!tape_needs_grad(t, in, n_in)) return NULL;
     CHECK(info && info->backward, "op without backward recorded");
-    Node *n = arena_alloc(t->arena, sizeof *n);
+    Node *n = arena_alloc_host(t->arena, sizeof *n);
     memset(n, 0, sizeof *n);
     n->info = info;
     n->seq = t->next_seq++;
     n->n_in = n_in;
     n->n_out = n_out;
-    n->in = arena_alloc(t->arena, sizeof(Tensor *) * (size_t)MAX(n_in, 1));
-    n->out = arena_alloc(t->arena, sizeof(Tensor *) * (size_t)MAX(n_out, 1));
+    n->in = arena_alloc_host(t->arena, sizeof(Tensor *) * (size_t)MAX(n_in, 1));
+    n->out = arena_alloc_host(t->arena, sizeof(Tensor *) * (size_t)MAX(n_out, 1));
     for (int i = 0; i < n_in; i++) n->in[i] = in[i];
     for (int k = 0; k < n_out; k++) {
         CHECK(out[k]->grad_fn == NULL && !out[k]->requires_grad, "%s: output %d already in a graph",
@@ -117,7 +131,7 @@ float *tape_grad(Tape *t, Tensor *x) {
     bool is_leaf = x->grad_fn == NULL;
     if (!x->grad) {
         x->grad = pool_take(t, x->n);
-        if (!x->grad) x->grad = arena_alloc(t->arena, (size_t)MAX(x->n, 1) * sizeof(float));
+        if (!x->grad) x->grad = arena_alloc_data(t->arena, (size_t)MAX(x->n, 1) * sizeof(float));
         backend_need(x->dev)->fill(&t->kc, x->grad, 0.0f, x->n);
         x->grad_defined = true;
     } else if (is_leaf && !x->grad_defined) {
@@ -255,12 +269,12 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
     next_epoch(t);
 
     // Seed the root's gradient.
+    // root_grad is a host array: staged to the root's device before the kernel reads it.
     float *g = tape_grad(t, root);
-    if (root_grad) be->axpy(&t->kc, g, 1.0f, root_grad, root->n);
-    else {
-        float one = 1.0f;
-        be->axpy(&t->kc, g, 1.0f, &one, 1);
-    }
+    float *seed = tape_alloc_data(t, sizeof(float) * (size_t)MAX(root->n, 1));
+    float one = 1.0f;
+    be->to_device(seed, root_grad ? root_grad : &one, sizeof(float) * (size_t)root->n);
+    be->axpy(&t->kc, g, 1.0f, seed, root->n);
 
     Heap heap = {0};
     if (!root->grad_fn) { // the root is itself a leaf: only its AccumulateGrad runs

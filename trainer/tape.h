@@ -82,8 +82,11 @@ bool tape_needs_grad(const Tape *t, Tensor *const *in, int n_in);
 // Returns NULL (and marks nothing) when no node is needed. Copies the in/out arrays.
 Node *tape_record(Tape *t, const OpInfo *info, Tensor *const *in, int n_in, Tensor *const *out,
                   int n_out);
-// Op-saved state, freed with the step arena.
+// Op-saved state on the host (contexts, index lists the host reads), freed with the step arena.
 void *tape_alloc(Tape *t, size_t nbytes);
+// Backend memory from the step arena (what a kernel reads or writes: saved activations,
+// device copies of indices and masks); host code must not dereference it.
+void *tape_alloc_data(Tape *t, size_t nbytes);
 // The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);

@@ -9,62 +9,97 @@ struct ArenaChunk {
     size_t size, off;
 };
 
+// The host half's allocator: plain aligned host memory whatever the device.
+static void *host_alloc(size_t nbytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (nbytes + 63) & ~(size_t)63) != 0)
+        DIE(1, "out of memory allocating %zu host bytes", nbytes);
+    return p;
+}
+
+typedef struct HalfAllocator {
+    void *(*alloc)(size_t);
+    void (*free)(void *);
+} HalfAllocator;
+
+static HalfAllocator data_allocator(const Arena *a) { return (HalfAllocator){a->be->alloc, a->be->free}; }
+static HalfAllocator host_allocator(void) { return (HalfAllocator){host_alloc, free}; }
+
 void arena_init(Arena *a, Device dev, size_t chunk_bytes) {
     memset(a, 0, sizeof *a);
     a->be = backend_need(dev);
     a->chunk_bytes = chunk_bytes ? chunk_bytes : ((size_t)64 << 20);
 }
 
-static void free_chunks(Arena *a) {
-    for (ArenaChunk *c = a->chunks, *next; c; c = next) {
+static void free_chunks(ArenaHalf *h, HalfAllocator al) {
+    for (ArenaChunk *c = h->chunks, *next; c; c = next) {
         next = c->next;
-        a->be->free(c->mem);
+        al.free(c->mem);
         free(c);
     }
-    a->chunks = NULL;
-    a->reserved = 0;
+    h->chunks = NULL;
+    h->reserved = 0;
 }
 
 void arena_free(Arena *a) {
     if (!a->be) return;
-    free_chunks(a);
-    a->used = 0;
+    free_chunks(&a->data, data_allocator(a));
+    free_chunks(&a->host, host_allocator());
+    a->data.used = a->host.used = 0;
+}
+
+static void reset_half(ArenaHalf *h, HalfAllocator al) {
+    // More than one chunk means the last step outgrew the block: replace them by one block of
+    // the peak size plus an eighth, so the next step allocates nothing new even when its shapes
+    // grow a little with the number of boxes (denoising queries, matcher and loss tensors).
+    // Without the margin a step that grew by a few KiB regrew the block, and the step after it
+    // faulted in every page of a fresh 1.5 GB block (rtdetr-l 320 px: 2.5-3x the median step).
+    // On the CPU the margin costs no memory until touched: large blocks are mapped lazily.
+    if (h->chunks && h->chunks->next) {
+        size_t want = h->peak + h->peak / 8 + 64 * 1024;
+        free_chunks(h, al);
+        ArenaChunk *c = xcalloc(1, sizeof *c);
+        c->mem = al.alloc(want);
+        c->size = want;
+        h->chunks = c;
+        h->reserved = want;
+    } else if (h->chunks) {
+        h->chunks->off = 0;
+    }
+    h->used = 0;
 }
 
 void arena_reset(Arena *a) {
-    // More than one chunk means the last step outgrew the block: replace them by one block of
-    // the peak size, so the next step allocates nothing new.
-    if (a->chunks && a->chunks->next) {
-        size_t want = a->peak + 64 * 1024;
-        free_chunks(a);
-        ArenaChunk *c = xcalloc(1, sizeof *c);
-        c->mem = a->be->alloc(want);
-        c->size = want;
-        a->chunks = c;
-        a->reserved = want;
-    } else if (a->chunks) {
-        a->chunks->off = 0;
-    }
-    a->used = 0;
+    reset_half(&a->data, data_allocator(a));
+    reset_half(&a->host, host_allocator());
 }
 
-void *arena_alloc(Arena *a, size_t nbytes) {
-    CHECK(a->be, "arena used before arena_init");
+static void *half_alloc(ArenaHalf *h, HalfAllocator al, size_t chunk_bytes, size_t nbytes) {
     size_t need = (MAX(nbytes, (size_t)1) + 63) & ~(size_t)63;
-    ArenaChunk *c = a->chunks;
+    ArenaChunk *c = h->chunks;
     if (!c || c->off + need > c->size) {
         c = xcalloc(1, sizeof *c);
-        c->size = MAX(need, a->chunk_bytes);
-        c->mem = a->be->alloc(c->size);
-        c->next = a->chunks;
-        a->chunks = c;
-        a->reserved += c->size;
+        c->size = MAX(need, chunk_bytes);
+        c->mem = al.alloc(c->size);
+        c->next = h->chunks;
+        h->chunks = c;
+        h->reserved += c->size;
     }
     void *p = c->mem + c->off;
     c->off += need;
-    a->used += need;
-    if (a->used > a->peak) a->peak = a->used;
+    h->used += need;
+    if (h->used > h->peak) h->peak = h->used;
     return p;
+}
+
+void *arena_alloc_data(Arena *a, size_t nbytes) {
+    CHECK(a->be, "arena used before arena_init");
+    return half_alloc(&a->data, data_allocator(a), a->chunk_bytes, nbytes);
+}
+
+void *arena_alloc_host(Arena *a, size_t nbytes) {
+    CHECK(a->be, "arena used before arena_init");
+    return half_alloc(&a->host, host_allocator(), MAX(a->chunk_bytes / 16, (size_t)4096), nbytes);
 }
 
 int64_t shape_numel(int ndim, const int64_t *shape) {
@@ -75,7 +110,7 @@ int64_t shape_numel(int ndim, const int64_t *shape) {
 
 static Tensor *header(Arena *a, int ndim, const int64_t *shape) {
     CHECK(ndim >= 0 && ndim <= TENSOR_MAX_DIMS, "ndim %d out of range", ndim);
-    Tensor *t = arena_alloc(a, sizeof *t);
+    Tensor *t = arena_alloc_host(a, sizeof *t);
     memset(t, 0, sizeof *t);
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) {
@@ -90,19 +125,19 @@ static Tensor *header(Arena *a, int ndim, const int64_t *shape) {
 
 Tensor *tensor_new(Arena *a, int ndim, const int64_t *shape) {
     Tensor *t = header(a, ndim, shape);
-    t->data = arena_alloc(a, (size_t)t->n * sizeof(float));
+    t->data = arena_alloc_data(a, (size_t)t->n * sizeof(float));
     return t;
 }
 
 Tensor *tensor_zeros(Arena *a, int ndim, const int64_t *shape) {
     Tensor *t = tensor_new(a, ndim, shape);
-    if (t->n) memset(t->data, 0, (size_t)t->n * sizeof(float)); // CPU only: arenas are host here
+    tensor_fill(t, 0.0f);
     return t;
 }
 
 Tensor *tensor_scalar(Arena *a, float value) {
     Tensor *t = tensor_new(a, 0, NULL);
-    t->data[0] = value;
+    tensor_write(t, &value);
     return t;
 }
 
@@ -125,10 +160,61 @@ Tensor *tensor_4d(Arena *a, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
 
 Tensor *tensor_leaf(Arena *a, int ndim, const int64_t *shape) {
     Tensor *t = tensor_zeros(a, ndim, shape);
-    t->grad = arena_alloc(a, (size_t)MAX(t->n, 1) * sizeof(float));
+    t->grad = arena_alloc_data(a, (size_t)MAX(t->n, 1) * sizeof(float));
     t->requires_grad = true;
     t->grad_defined = false;
     return t;
+}
+
+// Host-side kernel calls (fills outside a tape): one thread, the default stream.
+static KernelCtx host_call_ctx = {.n_threads = 1, .stream = NULL};
+
+void tensor_read(const Tensor *t, float *dst) {
+    if (t->n) backend_need(t->dev)->to_host(dst, t->data, (size_t)t->n * sizeof(float));
+}
+
+void tensor_write(Tensor *t, const float *src) {
+    if (t->n) backend_need(t->dev)->to_device(t->data, src, (size_t)t->n * sizeof(float));
+}
+
+float tensor_item(const Tensor *t) {
+    CHECK(t->n == 1, "tensor_item of a tensor with %lld elements", (long long)t->n);
+    float v;
+    tensor_read(t, &v);
+    return v;
+}
+
+void tensor_fill(Tensor *t, float value) {
+    const Backend *be = backend_need(t->dev);
+    KERNEL_CHECK(be, fill);
+    if (t->n) be->fill(&host_call_ctx, t->data, value, t->n);
+}
+
+void tensor_copy(Tensor *dst, const Tensor *src) {
+    CHECK(dst->n == src->n && dst->dev == src->dev, "tensor_copy: %lld to %lld elements",
+          (long long)src->n, (long long)dst->n);
+    const Backend *be = backend_need(dst->dev);
+    KERNEL_CHECK(be, copy);
+    if (dst->n) be->copy(&host_call_ctx, dst->data, src->data, dst->n);
+}
+
+float *host_map(Device dev, float *dev_ptr, int64_t n, bool read) {
+    if (dev == DEV_CPU) return dev_ptr;
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(n, 1));
+    if (read && n) backend_need(dev)->to_host(h, dev_ptr, sizeof(float) * (size_t)n);
+    return h;
+}
+
+void host_unmap(Device dev, float *dev_ptr, float *host, int64_t n, bool write_back) {
+    if (dev == DEV_CPU) return;
+    if (write_back && n) backend_need(dev)->to_device(dev_ptr, host, sizeof(float) * (size_t)n);
+    free(host);
+}
+
+float *tensor_host_copy(const Tensor *t) {
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(t->n, 1));
+    tensor_read(t, h);
+    return h;
 }
 
 bool tensor_same_shape(const Tensor *a, const Tensor *b) {

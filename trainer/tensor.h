@@ -4,6 +4,14 @@
  * Tensors never own memory: an Arena does. There is no tensor_free; arena_reset/arena_free
  * release everything allocated from the arena at once.
  *
+ * Memory layout (issue 13): an Arena has two halves. Its HOST half holds what the host walks:
+ * Tensor headers, tape nodes and their edge arrays, op contexts (arena_alloc_host). Its DATA
+ * half holds tensor data and gradients, and anything a kernel reads (gather indices, attention
+ * masks), in the backend's memory (arena_alloc_data): device memory on CUDA, protected pages
+ * on the fake device (kernels/cpu/backend_fake.c). Host code never dereferences data-half
+ * memory; it copies through tensor_read/tensor_write (or be->to_host/to_device) or calls a
+ * kernel.
+ *
  * Gradients: `grad` is NULL until a gradient flows into the tensor during backward (the tape
  * allocates it, zeroed, from its step arena). Leaves that require grad (parameters, or test
  * inputs) model PyTorch's `.grad`: their buffer may be allocated up front, and `grad_defined`
@@ -40,24 +48,34 @@ typedef struct Tensor {
 
 // ---- Arena: bump allocation in chunks; reset keeps the chunks for reuse ----
 typedef struct ArenaChunk ArenaChunk;
-typedef struct Arena {
-    const Backend *be;     // where chunks live
+// One half of an arena: chunks from one allocator.
+typedef struct ArenaHalf {
     ArenaChunk *chunks;    // newest first
-    size_t chunk_bytes;    // default size of a new chunk
     size_t used;           // bytes handed out since the last reset
     size_t peak;           // max of `used` over the arena's life
     size_t reserved;       // bytes held in chunks
+} ArenaHalf;
+typedef struct Arena {
+    const Backend *be;     // where the data half lives
+    size_t chunk_bytes;    // default size of a new data chunk (host chunks: a 16th of it)
+    ArenaHalf data;        // be->alloc'd: tensor data, gradients, kernel-read indices/masks
+    ArenaHalf host;        // host memory: Tensor headers, tape nodes, op contexts
 } Arena;
 
-// chunk_bytes: size of each chunk (a larger request gets a chunk of its own).
+// chunk_bytes: size of each data chunk (a larger request gets a chunk of its own).
 void arena_init(Arena *a, Device dev, size_t chunk_bytes);
-// Releases every chunk. arena_free on a zeroed Arena is a no-op.
+// Releases every chunk of both halves. arena_free on a zeroed Arena is a no-op.
 void arena_free(Arena *a);
 // Forgets every allocation but keeps the chunks; everything allocated before is invalid.
-// Chunks are merged into one of the peak size, so a steady-state step reuses a single block.
+// Each half's chunks are merged into one of its peak size plus an eighth (steps whose shapes
+// grow a little with the number of boxes fit), so a steady-state step reuses a
+// single block per half.
 void arena_reset(Arena *a);
-// 64-byte aligned, uninitialised, never NULL (aborts when memory is exhausted).
-void *arena_alloc(Arena *a, size_t nbytes);
+// Both: 64-byte aligned, uninitialised, never NULL (abort when memory is exhausted).
+// Backend memory (the device's): host code must not dereference it.
+void *arena_alloc_data(Arena *a, size_t nbytes);
+// Host memory, for what the host reads and writes (headers, nodes, contexts, host scratch).
+void *arena_alloc_host(Arena *a, size_t nbytes);
 
 // ---- construction (data uninitialised unless stated) ----
 Tensor *tensor_new(Arena *a, int ndim, const int64_t *shape);
@@ -75,6 +93,26 @@ Tensor *tensor_4d(Arena *a, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
 // A leaf that requires grad with its grad buffer allocated (grad_defined false), as for
 // parameters and gradcheck inputs.
 Tensor *tensor_leaf(Arena *a, int ndim, const int64_t *shape);
+
+// ---- host access to data (the only ways host code reads or writes tensor data) ----
+// dst[0..t->n) = t's data, through the backend's to_host.
+void tensor_read(const Tensor *t, float *dst);
+// t's data = src[0..t->n), through the backend's to_device.
+void tensor_write(Tensor *t, const float *src);
+// The value of a one-element tensor.
+float tensor_item(const Tensor *t);
+// t->data[i] = value for every i, by the backend's fill kernel.
+void tensor_fill(Tensor *t, float value);
+// dst's data = src's (same numel), by the backend's copy kernel.
+void tensor_copy(Tensor *dst, const Tensor *src);
+// Host loops over whole buffers (the optimizer, the EMA, clipping): host_map gives n floats of
+// device memory `dev_ptr` on the host, the memory itself on the CPU (whose memory is the
+// host's), else a staging copy, read in with to_host when `read`. host_unmap ends the access:
+// writes the staging copy back with to_device when `write_back`, and frees it.
+float *host_map(Device dev, float *dev_ptr, int64_t n, bool read);
+void host_unmap(Device dev, float *dev_ptr, float *host, int64_t n, bool write_back);
+// A host copy of t's data in a fresh xmalloc'd array (the caller frees it).
+float *tensor_host_copy(const Tensor *t);
 
 // ---- queries ----
 int64_t shape_numel(int ndim, const int64_t *shape);

@@ -64,6 +64,7 @@ void trace_iteration(TrainTrace *t, int64_t iter) {
 void trace_phase(TrainTrace *t, ProbeKind kind, ProbePhase phase) {
     if (!t->probe) return;
     if (kind) probe_emit(t->probe, kind, t->iter, 0, 0, 0, 0, NULL);
+    if (kind == PROBE_FORWARD_BEGIN) probe_cupti_step(t->iter); // the GPU rows' per-step bound
     t->phase = phase;
     probe_set_phase(t->probe, phase, t->iter);
 }

@@ -19,6 +19,7 @@
 
 #include "kernels/base.h" // CHECK, xmalloc
 #include "trainer/checkpoint.h"
+#include "trainer/device.h"
 #include "trainer/data/batch.h"
 #include "trainer/data/image.h"
 #include "trainer/data/sampler.h"
@@ -44,6 +45,7 @@ void train_config_default(TrainConfig *c) {
                        .nbs = 64,
                        .max_grad_norm = 10.0,
                        .augment = true,
+                       .aug = augment_default(),
                        .val = true,
                        .conf = 0.001,
                        .threads = 1,
@@ -68,6 +70,7 @@ typedef struct Run {
     bool ema_ok;
     ScheduleConfig sched;
     Checkpoint ck;
+    DeviceChoice device; // where parameters, activations and gradients live
     Arena step_arena;
     Tape tape;
     bool tape_ok;
@@ -235,9 +238,12 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
     bool nccl = !strcmp(c->backend, "nccl");
     trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
     if (r->world == 1) return 0;
-    int timeout_s = c->timeout_s > 0 ? c->timeout_s : nccl ? 600 : 1800;
-    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, timeout_s * 1000, err,
-                  errlen))
+    // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: tensor data
+    // on a device is the backend's to describe (PgMemory); host arrays until then.
+    PgOptions pg = {.timeout_ms = c->timeout_s > 0 ? c->timeout_s * 1000
+                                                   : pg_default_timeout_ms(c->backend),
+                    .nccl_hostid_per_rank = c->nccl_hostid_per_rank};
+    if (dist_open(&r->dist, &env, c->backend, c->rdzv_timeout_s * 1000, &pg, err, errlen))
         return -1;
     r->dist_ok = true;
     return 0;
@@ -249,13 +255,19 @@ static int run_setup(Run *r, char *err, size_t errlen) {
               c->threads >= 1 && c->log_rows >= 1,
           "bad TrainConfig");
     r->t_start = now_seconds();
-    backend_need(DEV_CPU)->set_threads(c->threads);
+    const char *device = c->device ? c->device : device_default_spec();
+    const char *local_rank = getenv("LOCAL_RANK");
+    if (device_parse(device, local_rank ? atoi(local_rank) : 0, &r->device, err, errlen) ||
+        device_open(r->device, err, errlen))
+        return -1;
+    backend_need(r->device.dev)->set_threads(c->threads);
     if (setup_dist(r, err, errlen)) return -1;
     if (load_split(r, &r->train, "train", err, errlen)) return -1;
     if (load_split(r, &r->val, "val", err, errlen)) return -1;
     // fault=shape: this rank's model has one class more (class-dependent tensors change shape)
     bool shape_fault = fault_hits(c->faults, c->n_faults, FAULT_SHAPE, r->rank, -1);
-    if (rtdetr_init(&r->model, c->model, r->train.nc + shape_fault, c->seed, err, errlen))
+    if (rtdetr_init_on(&r->model, r->device.dev, c->model, r->train.nc + shape_fault, c->seed,
+                       err, errlen))
         return -1;
     r->model_ok = true;
     // The decoder selects nq of the encoder's tokens: levels at strides 8, 16 and 32 (every
@@ -272,9 +284,11 @@ static int run_setup(Run *r, char *err, size_t errlen) {
                  c->imgsz, spec->name, (long long)encoder_tokens(c->imgsz), nq, min_size);
         return -1;
     }
-    if (rtdetr_init(&r->eval_model, c->model, r->train.nc, c->seed, err, errlen)) return -1;
+    if (rtdetr_init_on(&r->eval_model, r->device.dev, c->model, r->train.nc, c->seed, err,
+                       errlen))
+        return -1;
     r->eval_ok = true;
-    arena_init(&r->step_arena, DEV_CPU, 0);
+    arena_init(&r->step_arena, r->device.dev, 0);
     tape_init(&r->tape, &r->step_arena, c->threads);
     r->tape_ok = true;
     for (int k = 0; k < c->n_faults; k++) { // fault=unused must name real parameters
@@ -317,6 +331,9 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     else if (e)
         snprintf(err, errlen, "out=%s: cannot create %s: %s", c->out_dir, failed, strerror(e));
     if (e) return -1;
+    // Said before the first epoch, so that a run that fails or hangs does not leave a folder
+    // (by default runs/detect/train under the working directory) nobody was told about.
+    fprintf(r->log, "Results will be saved to %s (out= chooses the folder)\n", c->out_dir);
     snprintf(r->last_path, sizeof r->last_path, "%s/last.ckpt", c->out_dir);
     snprintf(r->best_path, sizeof r->best_path, "%s/best.ckpt", c->out_dir);
 
@@ -349,7 +366,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     sampler_init(&s, r->train.n_images, r->world, r->rank, true, c->seed);
     r->nb = (s.per_rank + c->batch - 1) / c->batch;
     r->nw = schedule_warmup_iters(c->warmup_epochs, r->nb);
-    r->aug = augment_default();
+    r->aug = c->aug;
     return 0;
 }
 
@@ -430,7 +447,9 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     r->observer.hooks = 0;
     trace_phase(&r->trace, 0, PROBE_PHASE_DATA);
     Batch b = {0};
-    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &r->aug : NULL,
+    AugmentConfig aug = r->aug; // close_mosaic: no Mosaic in the last epochs
+    if (!augment_mosaic_on(&aug, epoch, c->epochs)) aug.mosaic = 0;
+    if (batch_load(&b, &r->train, order + first, n, c->imgsz, c->augment ? &aug : NULL,
                    augment_seed(rank_seed(r), epoch), err, errlen))
         return 2;
     Tape *t = &r->tape;
@@ -453,7 +472,9 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
                 (long long)ni);
         ddp_no_sync(&r->ddp, true);
     }
-    Tensor *images = tensor_view(t->arena, b.images, 4, (int64_t[]){n, 3, c->imgsz, c->imgsz});
+    // The batch upload: the loader's host images into the step arena on the device.
+    Tensor *images = tensor_4d(t->arena, n, 3, c->imgsz, c->imgsz);
+    tensor_write(images, b.images);
     Targets tg = {
         .n_images = n, .n_boxes = b.n_boxes, .cls = b.cls, .bboxes = b.boxes, .counts = b.counts};
     if (fault_hits(c->faults, c->n_faults, FAULT_NOGT, r->rank, ni)) {
@@ -478,6 +499,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         trace_error(&r->trace, err);
         return 1;
     }
+    // fault=unused: the parameters leave the graph inside the forward, as a detached head
+    // does, so DDP's post-forward search (find_unused_parameters) finds them unused.
+    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
+    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     if (r->ddp_ok) {
         // DDP._post_forward sees the model's output (Ultralytics: the loss); the trainer then
         // scales it by world, as BaseTrainer does (`self.loss *= world_size`).
@@ -494,12 +519,10 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
         p->iteration++;
         return 0;
     }
-    const Fault *unused = fault_find(c->faults, c->n_faults, FAULT_UNUSED, r->rank, -1);
-    if (unused) fault_cut_params(t, &r->model.reg, unused->param);
     trace_phase(&r->trace, PROBE_BACKWARD_BEGIN, PROBE_PHASE_BACKWARD);
     int backward = tape_backward(t, loss, NULL);
     if (no_sync) ddp_no_sync(&r->ddp, false);
-    batch_free(&b); // the images are saved for backward: freed only now
+    batch_free(&b);
     if (backward) {
         CHECK(r->ddp_ok, "the loss does not require grad");
         snprintf(err, errlen, "RuntimeError: %s", ddp_error(&r->ddp));
@@ -631,9 +654,11 @@ static int check_ranks_agree(Run *r, char *err, size_t errlen) {
     uint64_t h = 1469598103934665603ull;
     const Registry *reg = &r->model.reg;
     for (int i = 0; i < reg->n_params; i++) {
-        const unsigned char *b = (const unsigned char *)reg->params[i]->data;
+        float *host = tensor_host_copy(reg->params[i]);
+        const unsigned char *b = (const unsigned char *)host;
         for (size_t k = 0; k < sizeof(float) * (size_t)reg->params[i]->n; k++)
             h = (h ^ b[k]) * 1099511628211ull;
+        free(host);
     }
     uint64_t *all = xcalloc((size_t)r->world, sizeof(uint64_t));
     char why[1024];

@@ -12,7 +12,7 @@
  * rank 0 alone prints, validates and writes checkpoints, then broadcasts whether to stop.
  * A DDP error (e.g. "Expected to have finished reduction ...") stops the rank with exit 1 and
  * PyTorch's text; the others then fail in their collectives or are stopped by the launcher.
- * Not here: the command line (cmd_train.c), mosaic and the random affine (augment.h). */
+ * Not here: the command line (cmd_train.c), the training transforms (augment.h). */
 #ifndef TRAINER_TRAIN_H
 #define TRAINER_TRAIN_H
 
@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trainer/data/augment.h"
 #include "trainer/dist/ddp.h"
 #include "trainer/eval/map.h"
 #include "trainer/fault.h"
@@ -46,11 +47,16 @@ typedef struct TrainConfig {
     double warmup_epochs, warmup_momentum, warmup_bias_lr;
     int nbs;              // nominal batch size: accumulate = max(round(nbs / batch), 1)
     double max_grad_norm; // 10
-    bool augment;         // RandomHSV + horizontal flip on training batches (augment.h)
+    bool augment;         // the training transforms (false: none of them)
+    AugmentConfig aug;    // Mosaic, RandomPerspective, RandomHSV, flip (augment.h; defaults:
+                          // augment_default(), Ultralytics' for rtdetr-*)
     uint64_t seed;        // model init, shuffling, augmentation and denoising noise
     bool val;             // validate every epoch (the last epoch is always validated)
     double conf;          // validation confidence threshold, 0.001
     int threads;          // >= 1
+    // device= as Ultralytics spells it (trainer/device.h): "cpu", "fake", "0", "0,1" (the
+    // rank takes entry LOCAL_RANK); NULL: DDPDBG_DEVICE, else cpu.
+    const char *device;
     const char *out_dir;  // last.ckpt and best.ckpt go here (created)
     // NULL or a checkpoint (last.ckpt) to continue from. Its model layout, nc and optimizer
     // kind are verified; the other arguments (data, imgsz, batch, epochs, seed, ...) must be
@@ -62,6 +68,8 @@ typedef struct TrainConfig {
     DdpConfig ddp;
     const char *backend;
     int timeout_s, rdzv_timeout_s;
+    // nccl_hostid=rank: each NCCL rank poses as a host of its own (PgOptions), test-only.
+    bool nccl_hostid_per_rank;
     const Fault *faults; // fault injection (fault.h), n_faults of them
     int n_faults;
     // The probe (trace.h): trace_dir NULL or "" is off; argc/argv are recorded as metadata.

@@ -94,7 +94,8 @@ int validate_run(Rtdetr *m, Tape *t, const Dataset *ds, int imgsz, int batch, do
             break;
         }
         tape_reset(t);
-        Tensor *images = tensor_view(t->arena, b.images, 4, (int64_t[]){n, 3, imgsz, imgsz});
+        Tensor *images = tensor_4d(t->arena, n, 3, imgsz, imgsz); // the batch upload
+        tensor_write(images, b.images);
         RtdetrOutput o;
         rtdetr_forward(m, t, images, NULL, &o);
         // eval mode: one decoder layer, (1, B, Q, 4) and (1, B, Q, K), no denoising queries
@@ -103,10 +104,12 @@ int validate_run(Rtdetr *m, Tape *t, const Dataset *ds, int imgsz, int batch, do
               (long long)o.n_dn);
         for (int i = 0, first = 0; i < n; first += b.counts[i], i++)
             box_first[i] = first;
+        float *bboxes = tensor_host_copy(o.dec_bboxes), *scores = tensor_host_copy(o.dec_scores);
         for (int i = 0; i < n; i++)
-            add_image(e, o.dec_bboxes->data + (int64_t)i * nq * 4,
-                      o.dec_scores->data + (int64_t)i * nq * nc, nq, nc, conf, imgsz, &b, i,
-                      box_first);
+            add_image(e, bboxes + (int64_t)i * nq * 4, scores + (int64_t)i * nq * nc, nq, nc,
+                      conf, imgsz, &b, i, box_first);
+        free(bboxes);
+        free(scores);
         batch_free(&b);
     }
     tape_reset(t);

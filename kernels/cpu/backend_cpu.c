@@ -21,6 +21,12 @@ void memcpy_cpu(void *dst, const void *src, size_t nbytes) {
     if (nbytes) memcpy(dst, src, nbytes);
 }
 
+int set_device_cpu(int index, char *why, size_t len) {
+    if (index == 0) return 0;
+    snprintf(why, len, "device index %d: the host has only index 0", index);
+    return -1;
+}
+
 void set_threads_cpu(int n) {
     CHECK(n >= 1, "threads must be >= 1, got %d", n);
     omp_set_num_threads(n);
@@ -35,6 +41,7 @@ const Backend backend_cpu = {
     .to_device    = memcpy_cpu,
     .to_host      = memcpy_cpu,
     .set_threads  = set_threads_cpu,
+    .set_device   = set_device_cpu,
 
     .fill         = fill_cpu,
     .copy         = copy_cpu,

@@ -11,6 +11,7 @@ void *alloc_cpu(size_t nbytes);
 void free_cpu(void *p);
 void memcpy_cpu(void *dst, const void *src, size_t nbytes);
 void set_threads_cpu(int n);
+int set_device_cpu(int index, char *why, size_t len);
 
 // ---- basic.c ----
 void fill_cpu(KernelCtx *kc, float *out, float value, int64_t n);

@@ -44,6 +44,22 @@ void set_threads_cuda(int n) {
     CHECK(n >= 1, "threads must be >= 1, got %d", n);
 }
 
+int set_device_cuda(int index, char *why, size_t len) {
+    char none[160] = "";
+    int n = cuda_device_count(none, sizeof none);
+    if (index < 0 || index >= n) {
+        snprintf(why, len, "CUDA device %d: %s", index,
+                 n ? "no such device (this machine has fewer)" : none);
+        return -1;
+    }
+    cudaError_t e = cudaSetDevice(index);
+    if (e != cudaSuccess) {
+        snprintf(why, len, "CUDA device %d: %s", index, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
 int cuda_device_count(char *why, size_t len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -93,6 +109,7 @@ const Backend backend_cuda = {
     .to_device = to_device_cuda,
     .to_host = to_host_cuda,
     .set_threads = set_threads_cuda,
+    .set_device = set_device_cuda,
 
     .fill = fill_cuda,
     .copy = copy_cuda,

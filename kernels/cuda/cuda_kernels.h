@@ -22,6 +22,7 @@ void set_threads_cuda(int n);
 // The number of CUDA devices this process can use; 0 when there is none or no driver, with
 // the runtime's reason in why[0..len) (why may be NULL). Creates no context on a device.
 int cuda_device_count(char *why, size_t len);
+int set_device_cuda(int index, char *why, size_t len);
 // Stream-ordered scratch for a kernel's own temporaries (im2col columns, partial sums):
 // cudaMallocAsync / cudaFreeAsync on kc->stream from the device's pool, which keeps freed
 // memory for the next call (no host synchronisation, no page mapping per step).

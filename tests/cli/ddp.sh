@@ -139,6 +139,28 @@ check "INFO: one 'did not get gradient' line per parameter (25)" \
     [ "$(count "${one_param}backwards pass\.$" "$tmp/err")" -eq 25 ]
 check "INFO: no TORCH_DISTRIBUTED_DEBUG hint" absent 'In addition, you can set' "$tmp/err"
 
+# fault=unused cuts the head's parameters out of the graph inside the forward, before DDP's
+# post-forward search: with find_unused_parameters=true they are found unused and marked
+# ready, and the run trains through as PyTorch's does; without it rank 1 raises.
+unused_fault=fault=unused:param=*dec_score_head.2.*,rank=1
+timeout -k 5 60 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" \
+    --no-tui -- "${tiny[@]}" "$unused_fault" find_unused_parameters=true out="$tmp/unused-fu" \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "fault=unused, find_unused_parameters=true: exit 0 (got $rc)" [ $rc -eq 0 ]
+check "fault=unused, find_unused_parameters=true: no RuntimeError" absent RuntimeError "$tmp/err"
+check "fault=unused, find_unused_parameters=true: the epoch completed" \
+    grep -qx '\[rank0\]:1 epochs completed in .* hours\.' "$tmp/out"
+check "fault=unused, find_unused_parameters=true: identical parameters on both ranks" \
+    grep -q '^\[rank0\]:DDP: parameters identical on all 2 ranks (fingerprint [0-9a-f]*)$' \
+    "$tmp/out"
+timeout -k 5 60 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" \
+    --no-tui -- "${tiny[@]}" "$unused_fault" out="$tmp/unused-off" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "fault=unused, find_unused_parameters=false: exit 1 (got $rc)" [ $rc -eq 1 ]
+check "fault=unused, find_unused_parameters=false: rank 1 raises PyTorch's error" grep -q \
+    '^\[rank1\]:RuntimeError: Expected to have finished reduction in the prior iteration' "$tmp/err"
+
 # ---- b. a clean 2-rank run: rank 0 alone prints the rows and writes the checkpoints ----------
 timeout -k 5 60 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${tiny[@]}" out="$tmp/clean" >"$tmp/out" 2>"$tmp/err"
@@ -166,6 +188,8 @@ check "by hand: rank 1 printed nothing" [ "$(cat "$tmp/r1.out" "$tmp/r1.err" | w
 
 # ---- c. bad set-ups: one line each, a non-zero exit, no hang ---------------------------------
 # A port some other program listens on: rank 0 cannot serve the store there.
+# python3 holds the port (a missing python3 fails the test: CI has it, `make deps`).
+command -v python3 >/dev/null || { echo "FAIL: no python3 (make deps)"; fail=1; }
 if command -v python3 >/dev/null; then
     port=$(pick_port)
     python3 -c 'import socket, sys, time
@@ -184,8 +208,6 @@ print("listening", flush=True); time.sleep(60)' "$port" >"$tmp/listener" &
     check "port in use: rank 0 failed first" \
         grep -Eq '^ddpdbg run: rank 0 failed first: exitcode 2 ' "$tmp/err"
     check "port in use: two lines in all" [ "$(wc -l <"$tmp/err")" -eq 2 ]
-else
-    echo "note: no python3, the port-in-use case is not checked"
 fi
 
 # No master: rank 1 alone, a closed port, rdzv_timeout=2.
@@ -250,6 +272,31 @@ expect_one_line "different buckets, rank 0" "$tmp/r0.err" \
     "rank 0: RuntimeError: $why: rank 0 has $ours, while rank 1 has $one_mb."
 expect_one_line "different buckets, rank 1" "$tmp/r1.err" \
     "rank 1: RuntimeError: $why: rank 1 has $one_mb, while rank 0 has $ours."
+# The same with check_ddp_settings=false on both: construction passes as in PyTorch, and the
+# first iteration's bucket allreduces differ in size (the layouts differ only with
+# find_unused_parameters: without it, iteration 0 has one bucket and the rebuild takes rank 0's
+# layout). Gloo's size check aborts a rank (its enforce, as under PyTorch); none hangs.
+port=$(pick_port)
+by_hand 0 "$port" 2 "${tiny[@]}" out="$tmp/b0" rdzv_timeout=10 check_ddp_settings=false \
+    find_unused_parameters=true
+by_hand 1 "$port" 2 "${tiny[@]}" out="$tmp/b1" rdzv_timeout=10 check_ddp_settings=false \
+    find_unused_parameters=true bucket_cap_mb=1
+wait_ranks "settings check off: rank 0 raises, rank 1 aborts (SIGABRT)" "1 134"
+check "settings check off: rank 1, Gloo's size check" grep -q "^terminate called after throwing \
+an instance of 'gloo::EnforceNotMet'" "$tmp/r1.err"
+check "settings check off: rank 1 received rank 0's first bucket (814800 bytes) into 4484" \
+    grep -q 'op\.preamble\.length <= op\.nbytes\. 814800 vs 4484$' "$tmp/r1.err"
+check "settings check off: rank 0's collective #7 failed" \
+    grep -q '^RuntimeError: rank 0 collective #7 failed: ' "$tmp/r0.err"
+# Without find_unused_parameters iteration 0 has one bucket on every rank and the rebuild
+# installs rank 0's layout everywhere: different caps train through, as in PyTorch.
+port=$(pick_port)
+by_hand 0 "$port" 2 "${tiny[@]}" out="$tmp/b0" rdzv_timeout=10 check_ddp_settings=false
+by_hand 1 "$port" 2 "${tiny[@]}" out="$tmp/b1" rdzv_timeout=10 check_ddp_settings=false \
+    bucket_cap_mb=1
+wait_ranks "settings check off, no find_unused_parameters: both train through" "0 0"
+check "settings check off, no find_unused_parameters: identical parameters" \
+    grep -q '^DDP: parameters identical on all 2 ranks' "$tmp/r0.out"
 
 # Bad values of the DDP arguments, as rank 0 of 2: exit 2 and one line before any rendezvous
 # (rendezvous would wait for rank 1: timeout fails the test instead).
@@ -273,12 +320,55 @@ expect_rank0_error \
     fault=nogt:rank=1
 expect_rank0_error "ddpdbg-train train: fault rank=5: no such rank (WORLD_SIZE=2: ranks 0..1)" \
     fault=nogt:rank=5,iter=0
+expect_rank0_error "ddpdbg-train train: check_ddp_settings must be true or false, got 'no'" \
+    check_ddp_settings=no
 expect_rank0_error "ddpdbg-train train: find_unused_parameters must be true or false, got 'yes'" \
     find_unused_parameters=yes
 expect_rank0_error "ddpdbg-train train: rdzv_timeout must be an integer in [1, 86400], got '0'" \
     rdzv_timeout=0
+expect_rank0_error "ddpdbg-train train: nccl_hostid=host: expected rank or off" \
+    backend=nccl nccl_hostid=host
+DDPDBG_NCCL_HOSTID=1 expect_rank0_error \
+    "ddpdbg-train train: DDPDBG_NCCL_HOSTID=1: expected rank or off" backend=nccl
 TORCH_DISTRIBUTED_DEBUG=LOUD expect_rank0_error \
     "ddpdbg-train train: TORCH_DISTRIBUTED_DEBUG=LOUD: expected OFF, INFO or DETAIL"
+# A fault=unused pattern that names no parameter: one line, exit 2 (checked once the model is
+# built, after the dataset summary on stdout; here in one process: no rank waits for it).
+"$train" "${tiny[@]}" out="$tmp/bad" 'fault=unused:param=*no_such_head*,rank=0' \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "fault=unused matching nothing: exit 2 (got $rc)" [ $rc -eq 2 ]
+expect_one_line "fault=unused matching nothing" "$tmp/err" "fault=unused: param=*no_such_head* \
+matches no parameter of rtdetr-tiny.yaml (see \`ddpdbg-train params model=rtdetr-tiny.yaml\`)"
+
+# A missing peer at start-up: rank 0 alone says which ranks it waits for every 5 s, then gives
+# up at rdzv_timeout naming them.
+port=$(pick_port)
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 5 30 "$train" \
+    "${tiny[@]}" out="$tmp/alone" rdzv_timeout=11 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "missing peer: exit 2 (got $rc)" [ $rc -eq 2 ]
+printf '%s\n' "rank 0: waiting for ranks 1 of 2 to join at 127.0.0.1:$port (5 s)" \
+    "rank 0: waiting for ranks 1 of 2 to join at 127.0.0.1:$port (10 s)" \
+    "rank 0: rendezvous at 127.0.0.1:$port: ranks 1 of WORLD_SIZE=2 did not join within 11 s" \
+    >"$tmp/alone.want"
+cmp -s "$tmp/err" "$tmp/alone.want" ||
+    { echo "FAIL: missing peer: the waiting lines every 5 s, then the timeout"; diff "$tmp/alone.want" "$tmp/err"; fail=1; }
+
+# A rank started twice: the second RANK=1 is refused in one line (ranks 0 and the first 1 wait
+# for rank 2 of WORLD_SIZE=3, then give up).
+port=$(pick_port)
+by_hand 0 "$port" 3 "${tiny[@]}" out="$tmp/d0" rdzv_timeout=6
+by_hand 1 "$port" 3 "${tiny[@]}" out="$tmp/d1" rdzv_timeout=6
+sleep 2 # the first rank 1 has joined by now (it waits, silent until its 5-s line)
+RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout -k 5 30 "$train" \
+    "${tiny[@]}" out="$tmp/d2" rdzv_timeout=6 >"$tmp/out" 2>"$tmp/twice.err"
+rc=$?
+check "rank started twice: exit 2 (got $rc)" [ $rc -eq 2 ]
+expect_one_line "rank started twice" "$tmp/twice.err" "rank 1: rank 1 joined the run at \
+127.0.0.1:$port twice: two processes were started with RANK=1"
+wait_ranks "rank started twice: the others time out" "2 2"
+
 # Through the launcher: every rank that got there says it, then the one summary line.
 timeout -k 5 30 "$ddpdbg" run --no-trace --nproc-per-node 2 --master-port "$(pick_port)" --no-tui -- \
     "${tiny[@]}" out="$tmp/bad" fault=nogt:rank=5,iter=0 >"$tmp/out" 2>"$tmp/err"

@@ -49,7 +49,7 @@ first_cause() {
 explains 1 $fx/seed-report.txt
 has "rank 0, line 36: Expected to have finished reduction in the prior iteration before starting a new one."
 has "the log ends inside its list of parameter names (line 39): 9 read, 'model.28.dec_bbox' cut off"
-has "[1] error: rank 0 never marked at least 9 parameters ready"
+has "[1] error, the root cause: rank 0 never marked at least 9 parameters ready"
 has "model.28.dec_bbox_head.5.layers.{0..2}.{bias,weight}  6 tensors"
 first_cause "A batch without ground-truth boxes on rank 0"
 has "- find_unused_parameters=True: after every forward DDP searches the autograd graph"
@@ -86,7 +86,7 @@ has "It gives their indices only (TORCH_DISTRIBUTED_DEBUG=OFF)"
 has "--model M names them"
 has "parameter indices (12):"
 has "{6..17}"
-has "[1] error: rank 0 never marked 12 parameters ready; rank 1 waited for them (unused on some ranks)"
+has "[1] error, the root cause: rank 0 never marked 12 parameters ready; rank 1 waited for them (unused on some ranks)"
 has "[2] error: rank 1 lost its Gloo connection to [127.0.0.1]:29500"
 has "rank 1; follows from [1]"
 json '[f["kind"] for f in j["findings"]] == ["unused_some_ranks", "error"] and j["findings"][1]["follows_from"] == 1'
@@ -131,26 +131,26 @@ has "Only rank 0's error is in the log."
 
 # --- every rank, static graph, marked twice, construction, NCCL, healthy --------------------------
 explains 1 $logs/unused_all.log
-has "[1] error: 12 parameters got no gradient on every rank (unused on all ranks)"
+has "[1] error, the root cause: 12 parameters got no gradient on every rank (unused on all ranks)"
 json 'j["findings"][0]["kind"] == "unused_all_ranks" and j["findings"][0]["ranks"] == [0, 1]'
 explains 1 $logs/static_changed.log
 has "rank 0 never marked 12 parameters ready that it used in the first iteration (static_graph=True)"
 has "static_graph=False with find_unused_parameters=True"
 explains 1 $logs/static_hook.log
-has "[1] error: ranks 0 and 1: the training graph changed under static_graph=True"
+has "[1] error, the root cause: ranks 0 and 1: the training graph changed under static_graph=True"
 explains 1 $logs/marked_twice.log
-has "[1] error: ranks 0 and 1 marked parameter 1 (model.0.bias) ready twice in one backward"
+has "[1] error, the root cause: ranks 0 and 1 marked parameter 1 (model.0.bias) ready twice in one backward"
 first_cause "Reentrant activation checkpointing"
 has "(this run's DDP summary says find_unused_parameters: 1)"
 has "- use_reentrant=False in torch.utils.checkpoint"
 explains 1 $logs/count_mismatch.log
-has "[1] error: the ranks built different models: rank 1 has 20 parameter tensors, rank 0 has 18"
+has "[1] error, the root cause: the ranks built different models: rank 1 has 20 parameter tensors, rank 0 has 18"
 has "- Give every rank the same model"
 explains 1 $logs/shape_mismatch.log
-has "[1] error: rank 1's parameter 10 has sizes [5, 8], not rank 0's"
+has "[1] error, the root cause: rank 1's parameter 10 has sizes [5, 8], not rank 0's"
 has "[2] error: rank 0 lost its Gloo connection"
 explains 1 $logs/nccl_watchdog.log
-has "[1] error: rank 1's NCCL watchdog timed out collective #456 (ALLREDUCE, 65297 elements) after 600054"
+has "[1] error, the root cause: rank 1's NCCL watchdog timed out collective #456 (ALLREDUCE, 65297 elements) after 600054"
 has "rank 1 had enqueued up to #456 and completed up to #455."
 has "\`ddpdbg import-fr\` reads the dumps and names the rank that never joined #456"
 json 'j["findings"][0]["kind"] == "hang"'

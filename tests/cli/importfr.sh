@@ -46,7 +46,7 @@ has "no problems found: every rank's parameters got their gradients and the rank
 run 0 import-fr $fr/hang --out "$tmp/hang"
 run 1 report "$tmp/hang"
 has "rank 0: waiting in collective #12"
-has "[1] error: PyTorch's Flight Recorder shows a hang: rank 0 waits in collective #12 (allreduce of Float [300], 300 elements), which rank 1 never joined"
+has "[1] error, the root cause: PyTorch's Flight Recorder shows a hang: rank 0 waits in collective #12 (allreduce of Float [300], 300 elements), which rank 1 never joined"
 has "its watchdog timed #12 out after 600000 ms"
 has "rank 0 waits for rank 1: rank 0 waits in #12, rank 1 has launched only up to #11"
 has "called from _do_train (trainer.py:381)"
@@ -55,6 +55,11 @@ json '[f["kind"] for f in j["findings"]] == ["hang"] and j["findings"][0]["ranks
 json '[r["pending_collective"] for r in j["ranks"]] == [12, None]'
 run 0 tui --once --view 1 "$tmp/hang"
 has "HANG  rank 0 waits in collective #12 (allreduce Float [300])"
+# the Collectives view: a dump is a snapshot, so a rank's missing #12 is the divergence, and
+# who waits for whom (it said "no divergence": rank 1 read as still running)
+run 0 tui --once --view 4 --size 160x24 "$tmp/hang"
+has "first divergence at #12: rank 1 never issued #12 (allreduce Float [300]); rank 0 waits in it"
+grep -q '^>  12  -1 allred  Float \[300\]' "$tmp/out" || { echo "FAIL: the row of #12 is not the marked one"; fail=1; }
 run 0 export "$tmp/hang" --chrome "$tmp/hang.json"
 $py - "$tmp/hang.json" <<'EOF' || { echo "FAIL: export of the imported hang"; fail=1; }
 import json, sys
@@ -69,7 +74,7 @@ run 0 import-fr $fr/mismatch --out "$tmp/mismatch"
 has "rank 0: 12 collectives, #1..#12; 1 entry of other process groups left out (--pg)"
 has "while rank 1's #12 is another collective (broadcast of Float [24], 24 elements)"
 run 1 report "$tmp/mismatch"
-has "[1] error: collectives diverge at #12: rank 0: allreduce of Float [300], 300 elements; rank 1: broadcast of Float [24], 24 elements"
+has "[1] error, the root cause: collectives diverge at #12: rank 0: allreduce of Float [300], 300 elements; rank 1: broadcast of Float [24], 24 elements"
 has "Up to #11 the ranks issued the same collectives"
 run 0 tui --once --view 4 "$tmp/mismatch"
 has "first divergence at #12: rank 0 issued #12 (allreduce Float [300]), rank 1 #12"

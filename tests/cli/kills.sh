@@ -8,11 +8,11 @@
 # kill's iteration none (forward), n_params/2 (mid-backward) or n_params (waiting in a bucket
 # allreduce), no record of a later phase or iteration, and no gap in its record numbers.
 # The sequence is drawn from a seed: KILLS_SEED=S reruns it (printed on failure), KILLS_RUNS=N
-# runs N instead of 50. Needs sqlite3 (skipped without it).
+# runs N instead of 50. Needs sqlite3 (a failure without it).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=$(dirname "$train")/ddpdbg
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-command -v sqlite3 >/dev/null || { echo "skip: no sqlite3 command (apt-get install sqlite3)"; exit 77; }
+command -v sqlite3 >/dev/null || { echo "FAIL: no sqlite3 command (make deps)"; exit 1; }
 clear_rank_env
 
 runs=${KILLS_RUNS:-50}

@@ -3,7 +3,9 @@
 # unusable checkpoint and a too small imgsz are one line on stderr with exit status 2 and
 # nothing on stdout; a 1-epoch rtdetr-tiny run on a synthetic dataset with one corrupt image
 # warns about it, counts it, prints the progress header, a row and the validation `all` row,
-# and writes last.ckpt; lr0=1e10 stops with exit status 1 naming the term and the iteration.
+# and writes last.ckpt; lr0=1e10 stops with exit status 1 naming the term and the iteration;
+# without out= the run names runs/detect/train before its first epoch, and git ignores runs/;
+# a train split of corrupt images only is one line, exit 2.
 source "$(dirname "$0")/lib.sh"
 
 
@@ -61,9 +63,35 @@ grep -Eq '^ +Class +Images +Instances +Box\(P +R +mAP50 +mAP50-95\)$' "$tmp/out"
 [ -s "$tmp/run/last.ckpt" ] || { echo "FAIL: no last.ckpt"; fail=1; }
 [ $fail -eq 0 ] || { echo "stdout was:"; cat "$tmp/out"; }
 
-# an exploding learning rate: exit 1, one line naming the term and the iteration
-"$train" train $tiny epochs=1 optimizer=AdamW lr0=1e10 warmup_epochs=0 nbs=4 >/dev/null 2>"$tmp/err"
+# an exploding learning rate: exit 1, one line naming the term and the iteration (without
+# augmentation, so that the batch, hence the term that overflows first, is fixed)
+"$train" train $tiny epochs=1 optimizer=AdamW lr0=1e10 warmup_epochs=0 nbs=4 augment=false \
+    >/dev/null 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -Eq '^train: [a-z_ ()]+ is not finite at iteration [0-9]+ \(epoch 1, batch [0-9]+/2\): stopping$' \
-    "$tmp/err" || { echo "FAIL: lr0=1e10: exit $rc: $(cat "$tmp/err")"; fail=1; }
+[ $rc -eq 1 ] && [ "$(grep -v '^WARNING: ignoring corrupt image' "$tmp/err")" = \
+    "train: loss_class is not finite at iteration 1 (epoch 1, batch 2/2): stopping" ] ||
+    { echo "FAIL: lr0=1e10: exit $rc: $(cat "$tmp/err")"; fail=1; }
+# without out=, the results go to runs/detect/train under the working directory: the run says
+# so before its first epoch (here it then fails), and git ignores that folder in a checkout
+mkdir "$tmp/wd"
+(cd "$tmp/wd" && "$train" train model=rtdetr-tiny threads=2 data="$d" imgsz=96 batch=4 epochs=1 \
+    optimizer=AdamW lr0=1e10 warmup_epochs=0 nbs=4 >"$tmp/out" 2>/dev/null)
+grep -qx 'Results will be saved to runs/detect/train (out= chooses the folder)' "$tmp/out" ||
+    { echo "FAIL: the default out= is not named: $(head -5 "$tmp/out")"; fail=1; }
+[ -d "$tmp/wd/runs/detect/train" ] || { echo "FAIL: no runs/detect/train"; fail=1; }
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+git -C "$repo" check-ignore -q runs/detect/train/last.ckpt ||
+    { echo "FAIL: runs/ is not ignored by .gitignore"; fail=1; }
+git -C "$repo" check-ignore -q trainer/runs/detect/train/last.ckpt ||
+    { echo "FAIL: runs/ in a subfolder is not ignored by .gitignore"; fail=1; }
+
+# a split without one readable image: one line naming the data yaml and the split, exit 2
+cp -r "$tmp/d" "$tmp/unreadable"
+sed -i "s|^path: .*|path: '$tmp/unreadable'|" "$tmp/unreadable/data.yaml"
+for f in "$tmp/unreadable/images/train"/*; do echo "not a png" >"$f"; done
+"$train" train $base imgsz=96 data="$tmp/unreadable/data.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(grep -v '^WARNING: ignoring corrupt image' "$tmp/err")" = \
+    "$tmp/unreadable/data.yaml: the train split has no readable image (8 corrupt)" ] ||
+    { echo "FAIL: no readable image: exit $rc: $(tail -2 "$tmp/err")"; fail=1; }
 exit $fail

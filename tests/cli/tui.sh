@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
 # tui.sh TRAIN -- `ddpdbg tui` on a trace recorded by the real trainer (the field report's
-# mechanism, fault=nogt on rank 0 at iteration 1, two rtdetr-tiny ranks, as trace.sh does): first
+# mechanism, fault=nogt on rank 0 at iteration 1, two rtdetr-tiny ranks, as trace.sh does): the
+# --no-tui run ends on the root cause; the first screen (80x24, 160x48) is that root cause; then
 # without a terminal (--once frames: the error banner, rank 0's blocking bucket, the unreported
 # box-head parameters grouped, the divergence at the collective rank 0 never issued; bad
 # directories exit 2 with one line), then driven in tmux like a user (send-keys, capture-pane):
 # the views switch with 1-6 and Tab, ? shows the help, a resize re-lays the screen (and a tiny
-# one says so), q quits with status 0; the teaching mode steps with space. The tmux part is
-# skipped (77) without tmux. DDPDBG overrides the ddpdbg binary (default: next to TRAIN).
+# one says so), q quits with status 0; the teaching mode steps with space. A missing tmux
+# is a failure. DDPDBG overrides the ddpdbg binary (default: next to TRAIN).
 source "$(dirname "$0")/lib.sh"
 ddpdbg=${DDPDBG:-$(dirname "$train")/ddpdbg}
 [ -x "$ddpdbg" ] || { echo "FAIL: no $ddpdbg"; exit 1; }
-if "$ddpdbg" tui --help 2>&1 | grep -q "unknown command"; then
-    echo "skip: $ddpdbg has no tui command (tui/main.c does not call tui_command yet)"; exit 77
-fi
 clear_rank_env NO_COLOR
 
 check() { # description, condition...
@@ -30,11 +28,28 @@ timeout -k 5 120 "$ddpdbg" run --nproc-per-node 2 --master-port $((20000 + RANDO
 # launcher stops rank 1: without it, a slow machine (ASan) sometimes stops rank 1 before #12)
 rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: the field-report run should exit 1 (got $rc)"; tail -5 "$tmp/run.err"; exit 1; }
+# --no-tui: the run ends on the report's short form, after the ranks' errors
+check "--no-tui: the diagnosis after the ranks' last line" [ \
+    "$(grep -n "^ddpdbg: the diagnosis of $tmp/t (all of it: ddpdbg report $tmp/t):\$" "$tmp/run.err" | cut -d: -f1)" \
+    -gt "$(grep -n '^\[rank[01]\]:' "$tmp/run.err" | tail -1 | cut -d: -f1)" ]
+check "--no-tui: the root cause" grep -q '^root cause \[1\]: rank 0 never marked 25 parameters ready at iteration 1' "$tmp/run.err"
+check "--no-tui: its names" grep -qx '      model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$tmp/run.err"
+check "--no-tui: its fix" grep -q '^    fix: find_unused_parameters=True' "$tmp/run.err"
 
 # --- without a terminal: --once ------------------------------------------------------------------
 once() { "$ddpdbg" tui --once "$@" "$tmp/t" >"$tmp/frame" 2>"$tmp/frame.err"; }
 check "--once exits 0" once
 check "80x24: 24 lines" [ "$(wc -l <"$tmp/frame")" = 24 ]
+# the first screen is the root cause, whole, at 80x24 and at 160x48
+for size in 80x24 160x48; do
+    once --size $size
+    check "$size: opens on the root cause" grep -q '^root cause \[1\]: rank 0 never marked 25 parameters ready' "$tmp/frame"
+    check "$size: the names" grep -q '^      model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors' "$tmp/frame"
+    check "$size: the bucket" grep -q '^    bucket 0 never launched on rank 0' "$tmp/frame"
+    check "$size: the collective" grep -q '^    rank 1 \(waited\|waits\) in collective #12 (allreduce of bucket 0' "$tmp/frame"
+    check "$size: the fix" grep -q '^    fix: find_unused_parameters=True' "$tmp/frame"
+done
+once --view 1
 check "ranks: error banner on row 2" [ "$(sed -n 2p "$tmp/frame" | cut -c1-22)" = " ERROR  rank 0 at iter" ]
 check "ranks: rank 0 errored" grep -q '^   0  errored ' "$tmp/frame"
 # rank 1 is killed waiting in #12, or sees #12 fail first (rank 0 exited) and errors: a race
@@ -48,6 +63,14 @@ check "params: the box heads, grouped, reported by rank 1" \
 check "params: 25 never reported" has "$tmp/frame" "rank 0, iteration 1: 25 of 323 parameters never reported"
 once --view 4
 check "collectives: divergence at #12" has "$tmp/frame" "first divergence at #12: rank 0 never issued #12"
+once --view 4 --size 100x40
+# the probe starts after DDP's first allgather (#1): the rows begin at the first one recorded
+check "collectives: the first row is #2, no empty row for #1" \
+    [ "$(sed -n 6p "$tmp/frame" | cut -c1-16)" = "    2   0 bcast " ]
+once --teach --view 7 --keys '          '
+check "teach: offsets before the trace's start are signed once (no '+-')" \
+    bash -c "! grep -qF -- '+-' '$tmp/frame'"
+check "teach: the event list shows offsets" grep -qE '^  r[01] it0 [+-][0-9]+\.[0-9]{3}s ' "$tmp/frame"
 once --view 3 --keys '/enc_bbox\n'
 check "search: 6 matches" has "$tmp/frame" "6 of 323 parameters match \"enc_bbox\""
 once --size 300x100 --view 5
@@ -66,7 +89,7 @@ check "the trace was not written to" [ -z "$(find "$tmp/t" -newer "$tmp/run.err"
 [ $fail = 0 ] || { echo "--- last frame:"; cat "$tmp/frame"; exit 1; }
 
 # --- in tmux, like a user -------------------------------------------------------------------------
-command -v tmux >/dev/null || { echo "skip: no tmux (apt-get install tmux); the --once checks passed"; exit 77; }
+command -v tmux >/dev/null || { echo "FAIL: no tmux (make deps); the --once checks passed"; exit 1; }
 # Each session gets a tmux server of its own (socket ddpdbg-tui-test-PID-N): killing the only
 # session of a server ends that server, and a new session asked of it while it exits fails
 # ("server exited unexpectedly", seen under ASan).
@@ -93,8 +116,11 @@ start() { # command...: a fresh 80x24 session running it, then "EXIT=<status>"
 }
 
 start "$ddpdbg" tui "$tmp/t"
-check "tmux: the Ranks view comes up" wait_for "   0  errored"
+check "tmux: the first screen is the root cause" wait_for "root cause [1]: rank 0 never marked 25"
+check "tmux: ... with the names" grep -qF "model.27.dec_bbox_head.{0..2}.layers.{0..2}.{weight,bias}  18 tensors" "$tmp/pane"
 check "tmux: the error banner" grep -q '^ ERROR  rank 0' "$tmp/pane"
+tm send-keys -t tui 1
+check "tmux: 1 shows Ranks" wait_for "   0  errored"
 tm send-keys -t tui 2
 check "tmux: 2 shows Buckets" wait_for "iteration 1: 2 buckets (layout generation 1)"
 tm send-keys -t tui 3
@@ -104,11 +130,11 @@ check "tmux: Tab shows Collectives" wait_for "first divergence at #12"
 tm send-keys -t tui Tab
 check "tmux: Tab shows Timeline" wait_for "F fwd B bwd"
 tm send-keys -t tui 6
-check "tmux: 6 shows Diagnosis" wait_for "1. rank 0 "
+check "tmux: 6 shows Diagnosis" wait_for "root cause [1]"
 tm send-keys -t tui '?'
 check "tmux: ? shows the help" wait_for "help: keys"
 tm send-keys -t tui x
-check "tmux: a key closes it" wait_for "1. rank 0 "
+check "tmux: a key closes it" wait_for "root cause [1]"
 check "tmux: ... and the help is gone" bash -c "! grep -qF 'help: keys' '$tmp/pane'"
 tm send-keys -t tui 1
 wait_for "   0  errored" >/dev/null

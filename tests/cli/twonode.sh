@@ -17,7 +17,7 @@ check() { # description, condition...
 }
 
 [ "$(id -u)" -eq 0 ] || { echo "skip: network namespaces need root"; exit 77; }
-command -v ip >/dev/null || { echo "skip: no ip (iproute2)"; exit 77; }
+command -v ip >/dev/null || { echo "FAIL: no ip (iproute2, make deps)"; exit 1; }
 # Names unique to this process, so that concurrent runs do not meet; veth names <= 15 chars.
 ns0=ddpdbg-n0-$$ ns1=ddpdbg-n1-$$ veth0=ddv0-$$ veth1=ddv1-$$
 addr0=10.231.0.1 addr1=10.231.0.2

@@ -51,6 +51,7 @@ const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaMalloc(void **p, size_t nbytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t nbytes, enum cudaMemcpyKind kind);

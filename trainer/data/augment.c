@@ -1,4 +1,5 @@
-/* augment.c -- RandomHSV and the horizontal flip (augment.h). The colour conversions follow
+/* augment.c -- RandomHSV and the horizontal flip (augment.h; Mosaic, RandomPerspective and
+ * the whole sample's pipeline are augment_geom.c). The colour conversions follow
  * OpenCV's 8-bit code paths (color_hsv.simd.hpp: RGB2HSV_b with 12-bit fixed-point division
  * tables, HSV2RGB_b through float) so that the lookup tables act on the same H, S, V values. */
 #include "trainer/data/augment.h"
@@ -8,7 +9,19 @@
 #include "kernels/base.h" // CHECK
 
 AugmentConfig augment_default(void) {
-    return (AugmentConfig){.hsv_h = 0.015f, .hsv_s = 0.7f, .hsv_v = 0.4f, .fliplr = 0.5f};
+    return (AugmentConfig){.mosaic = 1.0f,
+                           .close_mosaic = 10,
+                           .translate = 0.1f,
+                           .scale = 0.5f,
+                           .hsv_h = 0.015f,
+                           .hsv_s = 0.7f,
+                           .hsv_v = 0.4f,
+                           .fliplr = 0.5f};
+}
+
+bool augment_mosaic_on(const AugmentConfig *cfg, int epoch, int epochs) {
+    int closed_from = epochs - cfg->close_mosaic; // BaseTrainer: epoch == epochs - close_mosaic
+    return cfg->mosaic > 0 && !(closed_from >= 0 && epoch >= closed_from);
 }
 
 enum { HSV_SHIFT = 12 };
@@ -84,10 +97,4 @@ bool augment_flip_lr(Image *im, Box *boxes, int n_boxes, float p, Rng *rng) {
     }
     for (int i = 0; i < n_boxes; i++) boxes[i].cx = 1.0f - boxes[i].cx;
     return true;
-}
-
-void augment_apply(const AugmentConfig *cfg, Image *im, Box *boxes, int n_boxes, Rng *rng) {
-    CHECK(cfg->fliplr >= 0 && cfg->fliplr <= 1, "fliplr %g", cfg->fliplr);
-    augment_hsv(im, cfg->hsv_h, cfg->hsv_s, cfg->hsv_v, rng);
-    augment_flip_lr(im, boxes, n_boxes, cfg->fliplr, rng);
 }

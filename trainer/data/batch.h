@@ -25,7 +25,8 @@ typedef struct Batch {
 } Batch;
 
 // Loads ds's images `indices[0..n)`. aug NULL: no augmentation (validation). Otherwise image
-// indices[i] is augmented with an Rng seeded from (aug_seed, indices[i]) alone, so a sample
+// indices[i] goes through augment_sample (Mosaic, RandomPerspective, HSV, flip: its box count
+// may change) with an Rng seeded from (aug_seed, indices[i]) alone, so a sample
 // looks the same whichever rank or batch position loads it; vary aug_seed per epoch. Images
 // are decoded in parallel (OpenMP). Returns 0, or -1 with the first failing image's message.
 int batch_load(Batch *b, const Dataset *ds, const int64_t *indices, int n, int imgsz,

@@ -244,8 +244,9 @@ static int run_blocking(GlooGroup *g, uint64_t seq, std::function<void(uint32_t)
 
 // ---- the table's entries: arguments arrive checked (see PgOps in comm.h) ----------------------
 
-static void *gloo_open(Store *store, int rank, int world, int timeout_ms, int group_id,
+static void *gloo_open(Store *store, int rank, int world, const PgOptions *opts, int group_id,
                        char *err, size_t errlen) {
+    int timeout_ms = opts->timeout_ms; // opts->memory is comm.c's: it stages device data
     GlooGroup *g = nullptr;
     try {
         g = new GlooGroup;
@@ -393,4 +394,6 @@ extern "C" const PgOps pg_gloo_ops = {
     gloo_allgather,
     gloo_barrier,
     gloo_free,
+    nullptr, // allreduce_sum_device: comm.c stages device data through host memory
+    nullptr, // broadcast_device
 };

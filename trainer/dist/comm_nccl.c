@@ -3,9 +3,13 @@
  * stub whose open fails, naming the missing build.
  *
  * One group: a nonblocking NCCL communicator (so that joining and every collective can be
- * bounded by the timeout), one CUDA stream, a device staging buffer and pinned host slabs.
- * Our tensors are host float arrays, so a collective is: host data -> pinned slab -> device
- * buffer, the NCCL call, device -> slab, then an event; the result reaches the caller's array
+ * bounded by the timeout), one CUDA stream (the communication stream), a device staging buffer
+ * and pinned host slabs. Tensor data in CUDA memory (the _device entries, PgMemory) is reduced
+ * in place with no copy: an event recorded on the compute stream at launch, which the
+ * communication stream waits for, orders the collective after the kernels that wrote the data,
+ * and the work's own event after it tells a wait when the data is final. Host arrays (the
+ * other entries: flags, indices, tests) are staged: host data -> pinned slab -> device
+ * buffer, the NCCL call, device -> slab, then the event; the result reaches the caller's array
  * when a wait or test finds the event done. Everything is stream-ordered, so one device buffer
  * serves every collective in flight (it grows with cudaMallocAsync / cudaFreeAsync, never a
  * host sync); each work in flight has its own slab.
@@ -17,14 +21,17 @@
  * general: float sum, float broadcast, byte allgather, barrier; one device per rank.
  * Each launch (its copies in, the NCCL call, the copy back) runs between
  * probe_cupti_correlate_push(seq) and pop, so that a trace recording GPU activity ties its
- * kernels and copies to the collective's COLL_LAUNCH (probe/cupti.h; seq 0: joining's barrier). */
+ * kernels and copies to the collective's COLL_LAUNCH (probe/cupti.h; seq 0: joining's barrier),
+ * and once NCCL has the call on its stream, probe_cupti_collective(stream, seq) names the
+ * collective whose kernel comes next on it: a nonblocking communicator may launch the kernel
+ * from a thread of its own, which no correlation reaches. */
 #include "trainer/dist/comm.h"
 
 #include "kernels/base.h"
 
 #ifndef DDPDBG_HAVE_NCCL
 
-static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int group_id,
+static void *nccl_open(Store *store, int rank, int world, const PgOptions *opts, int group_id,
                        char *err, size_t errlen) {
     if (err && errlen > 0)
         snprintf(err, errlen, "backend=nccl: this build has no NCCL (built without CUDA; "
@@ -66,6 +73,10 @@ typedef struct NcclGroup {
     int rank, world, device, timeout_ms;
     ncclComm_t comm; // NULL once aborted
     cudaStream_t stream;
+    // Tensor data in CUDA memory: the stream its kernels run on, and the event that orders a
+    // collective after them (recorded anew at each launch).
+    cudaStream_t compute;
+    cudaEvent_t compute_ready;
     void *dev; // the device staging buffer, dev_bytes long
     size_t dev_bytes;
     Slab *slabs;
@@ -296,6 +307,7 @@ static bool nccl_ok(NcclGroup *g, NcclWork *w, const char *call, ncclResult_t r)
         if (q != ncclSuccess) r = q;
     }
     if (r != ncclSuccess) break_nccl(g, w, call, r);
+    if (r == ncclSuccess) probe_cupti_collective(g->stream, w->seq); // its kernel is next there
     return r == ncclSuccess;
 }
 
@@ -445,6 +457,48 @@ static int nccl_barrier(void *group, uint64_t seq, char *err, size_t errlen) {
     return wait_and_free(w, err, errlen);
 }
 
+// ---- tensor data in CUDA memory: in place, no copies -------------------------------------------
+
+// Makes the communication stream wait for the compute stream's work launched so far.
+static bool after_compute(NcclGroup *g, NcclWork *w) {
+    return cuda_ok(g, w, "cudaEventRecord", cudaEventRecord(g->compute_ready, g->compute)) &&
+           cuda_ok(g, w, "cudaStreamWaitEvent",
+                   cudaStreamWaitEvent(g->stream, g->compute_ready, 0));
+}
+
+static void *nccl_allreduce_sum_device(void *group, float *data, int64_t n, uint64_t seq) {
+    NcclGroup *g = group;
+    group_lock(g);
+    NcclWork *w = work_new(g, OP_ALLREDUCE, seq, n, n);
+    probe_cupti_correlate_push(seq);
+    if (atomic_load(&w->status) == WORK_RUNNING &&
+        (n == 0 || (after_compute(g, w) &&
+                    nccl_ok(g, w, "ncclAllReduce",
+                            ncclAllReduce(data, data, (size_t)n, ncclFloat, ncclSum, g->comm,
+                                          g->stream)))))
+        copy_back(g, w, NULL, 0); // only the event: the result is data itself
+    probe_cupti_correlate_pop();
+    group_unlock(g);
+    return w;
+}
+
+static int nccl_broadcast_device(void *group, float *data, int64_t n, int root, uint64_t seq,
+                                 char *err, size_t errlen) {
+    NcclGroup *g = group;
+    group_lock(g);
+    NcclWork *w = work_new(g, OP_BROADCAST, seq, n, n);
+    probe_cupti_correlate_push(seq);
+    if (atomic_load(&w->status) == WORK_RUNNING &&
+        (n == 0 || (after_compute(g, w) &&
+                    nccl_ok(g, w, "ncclBroadcast",
+                            ncclBroadcast(data, data, (size_t)n, ncclFloat, root, g->comm,
+                                          g->stream)))))
+        copy_back(g, w, NULL, 0);
+    probe_cupti_correlate_pop();
+    group_unlock(g);
+    return wait_and_free(w, err, errlen);
+}
+
 // ---- joining and leaving -----------------------------------------------------------------------
 
 // Waits for a nonblocking communicator to leave ncclInProgress, at most until deadline_ms.
@@ -465,6 +519,7 @@ static void release_device(NcclGroup *g) {
     cudaStreamSynchronize(g->stream);
     for (int i = 0; i < g->n_slabs; i++) cudaFreeHost(g->slabs[i].host);
     cudaStreamDestroy(g->stream);
+    if (g->compute_ready) cudaEventDestroy(g->compute_ready);
 }
 
 static void nccl_free(void *group) {
@@ -533,12 +588,36 @@ static int pick_device(int rank, char *err, size_t errlen) {
     return local % count;
 }
 
-static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int group_id,
+// The opt-in of PgOptions.nccl_hostid_per_rank: this process poses as a host of its own.
+// NCCL reads NCCL_HOSTID when the communicator is made (its host hash); the hostname keeps two
+// machines' ranks apart.
+static void claim_host_of_own(int rank) {
+    char host[128] = "", id[200];
+    gethostname(host, sizeof host - 1);
+    snprintf(id, sizeof id, "%s:ddpdbg-rank%d", host, rank);
+    setenv("NCCL_HOSTID", id, 1);
+    LOG_WARN("rank %d: NCCL_HOSTID=%s (nccl_hostid=rank: a test-only opt-in that lets ranks share "
+             "a GPU; they talk over the network transport)", rank, id);
+}
+
+static void *nccl_open(Store *store, int rank, int world, const PgOptions *opts, int group_id,
                        char *err, size_t errlen) {
     char scratch[ERR_MAX];
     if (!err || errlen == 0) err = scratch, errlen = sizeof scratch;
-    int device = pick_device(rank, err, errlen);
+    int timeout_ms = opts->timeout_ms;
+    const PgMemory *m = opts->memory;
+    if (m && !m->cuda) {
+        snprintf(err, errlen, "backend=nccl: tensors on %s memory: NCCL needs CUDA memory",
+                 m->name);
+        return NULL;
+    }
+    bool per_rank = opts->nccl_hostid_per_rank;
+    if (!per_rank && pg_parse_nccl_hostid("DDPDBG_NCCL_HOSTID", getenv("DDPDBG_NCCL_HOSTID"),
+                                          &per_rank, err, errlen) != 0)
+        return NULL;
+    int device = m ? m->cuda_device : pick_device(rank, err, errlen);
     if (device < 0) return NULL;
+    if (per_rank) claim_host_of_own(rank);
     cudaError_t e = cudaSetDevice(device);
     int pools = 0;
     if (e == cudaSuccess)
@@ -552,18 +631,24 @@ static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int gr
 
     NcclGroup *g = xcalloc(1, sizeof *g);
     g->rank = rank, g->world = world, g->device = device, g->timeout_ms = timeout_ms;
+    g->compute = m ? (cudaStream_t)m->stream : NULL;
     pthread_mutex_init(&g->mu, NULL);
-    double deadline = now_ms() + timeout_ms;
     e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         g->stream = NULL;
         open_error(err, errlen, rank, "cudaStreamCreate: %s", cudaGetErrorString(e));
         goto fail;
     }
+    e = cudaEventCreateWithFlags(&g->compute_ready, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        g->compute_ready = NULL;
+        open_error(err, errlen, rank, "cudaEventCreate: %s", cudaGetErrorString(e));
+        goto fail;
+    }
 
     // Rank 0 makes the communicator's id; the others read it from the store (bounded by the
-    // store's own timeout).
-    char key[64];
+    // store's own timeout). The joining deadline starts once the id is in hand.
+    char key[64], why[ERR_MAX];
     snprintf(key, sizeof key, "pg%d/nccl_unique_id", group_id);
     ncclUniqueId id;
     if (rank == 0) {
@@ -573,26 +658,13 @@ static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int gr
                        ncclGetLastError(NULL));
             goto fail;
         }
-        if (store_set(store, key, &id, sizeof id) != 0) {
-            open_error(err, errlen, rank, "store set %s: %s", key, store_error(store));
-            goto fail;
-        }
-    } else {
-        void *value = NULL;
-        size_t len = 0;
-        if (store_get(store, key, &value, &len) != 0) {
-            open_error(err, errlen, rank, "store get %s: %s", key, store_error(store));
-            goto fail;
-        }
-        bool fits = len == sizeof id;
-        if (fits) memcpy(&id, value, sizeof id);
-        free(value);
-        if (!fits) {
-            open_error(err, errlen, rank, "store key %s holds %zu bytes: expected %zu", key, len,
-                       sizeof id);
-            goto fail;
-        }
     }
+    double ready = 0;
+    if (pg_share_id(store, key, rank, &id, sizeof id, &ready, why, sizeof why) != 0) {
+        open_error(err, errlen, rank, "%s", why);
+        goto fail;
+    }
+    double deadline = ready + timeout_ms;
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0; // every wait below is ours, and bounded
@@ -610,7 +682,6 @@ static void *nccl_open(Store *store, int rank, int world, int timeout_ms, int gr
     }
     // One allreduce, uncounted (SeqNum=0), so that NCCL connects the ranks now rather than
     // inside the first collective the caller launches.
-    char why[ERR_MAX];
     if (nccl_barrier(g, 0, why, sizeof why) != 0) {
         open_error(err, errlen, rank, "%s", why);
         goto fail;
@@ -637,6 +708,8 @@ const PgOps pg_nccl_ops = {
     .allgather = nccl_allgather,
     .barrier = nccl_barrier,
     .free = nccl_free,
+    .allreduce_sum_device = nccl_allreduce_sum_device,
+    .broadcast_device = nccl_broadcast_device,
 };
 
 #endif

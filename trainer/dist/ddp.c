@@ -15,7 +15,8 @@
 void ddp_config_default(DdpConfig *c) {
     *c = (DdpConfig){.reducer = {.bucket_bytes_cap = REDUCER_BUCKET_BYTES_CAP,
                                  .first_bucket_bytes_cap = REDUCER_FIRST_BUCKET_BYTES},
-                     .broadcast_buffers = true};
+                     .broadcast_buffers = true,
+                     .check_settings = true};
     DebugLevel level = DEBUG_OFF;
     if (debug_level_parse(getenv("TORCH_DISTRIBUTED_DEBUG"), &level) == 0)
         c->reducer.debug = level;
@@ -59,7 +60,10 @@ static int broadcast(Ddp *d, float *data, int64_t n, const char *what) {
 
 // _broadcast_coalesced of float tensors: packed into chunks of at most 250 MiB (a chunk closes
 // once it reaches the size, as bucket assignment does), one broadcast per chunk, unpacked.
+// ptrs are the model's device memory: packed into the host staging buffer by to_host and
+// unpacked by to_device (the process group broadcasts host memory).
 static int broadcast_floats(Ddp *d, float **ptrs, const int64_t *ns, int count, const char *what) {
+    const Backend *be = backend_need(d->reg->params[0]->dev);
     int first = 0;
     while (first < count) {
         int64_t total = 0;
@@ -71,11 +75,11 @@ static int broadcast_floats(Ddp *d, float **ptrs, const int64_t *ns, int count, 
         float *buf = stage(d, total);
         int64_t at = 0;
         for (int k = first; k < last; k++, at += ns[k - 1])
-            memcpy(buf + at, ptrs[k], sizeof(float) * (size_t)ns[k]);
+            be->to_host(buf + at, ptrs[k], sizeof(float) * (size_t)ns[k]);
         if (broadcast(d, buf, total, what)) return -1;
         at = 0;
         for (int k = first; k < last; k++, at += ns[k - 1])
-            memcpy(ptrs[k], buf + at, sizeof(float) * (size_t)ns[k]);
+            be->to_device(ptrs[k], buf + at, sizeof(float) * (size_t)ns[k]);
         first = last;
     }
     return 0;
@@ -138,7 +142,8 @@ static void format_sizes(const Tensor *t, char *out, size_t len) {
 
 // The settings that decide the bucket layouts and the collective sequence; every rank must
 // agree, else the ranks' collectives pair up wrongly later (a hang or a crash, never an
-// error). PyTorch does not check these; we do, at construction.
+// error). PyTorch does not check these; we do, at construction, unless check_settings is off
+// (train argument check_ddp_settings=false: then the ranks go on as PyTorch's would).
 typedef struct Settings {
     int64_t first_cap, cap;
     int32_t find_unused, static_graph, grad_as_view, broadcast_buffers;
@@ -191,7 +196,8 @@ static int verify_params_across_processes(Ddp *d) {
                             "params, while rank %d has inconsistent %lld params.",
                             rank, r->n_params, i, (long long)theirs);
         }
-        if (memcmp(&all[i].settings, &mine.settings, sizeof mine.settings)) {
+        if (d->cfg.check_settings &&
+            memcmp(&all[i].settings, &mine.settings, sizeof mine.settings)) {
             char a[256], b[256];
             settings_text(&mine.settings, a, sizeof a);
             settings_text(&all[i].settings, b, sizeof b);

@@ -19,10 +19,13 @@
 typedef struct DdpConfig {
     ReducerConfig reducer;
     bool broadcast_buffers; // true: rank 0's buffers before every synced forward
+    bool check_settings;    // ours, not PyTorch's: the construction check that every rank has
+                            // the same settings (false: PyTorch's behaviour, no check)
 } DdpConfig;
 
 // PyTorch's defaults: find_unused_parameters and static_graph off, 1 MiB / 25 MiB caps,
-// gradient_as_bucket_view off, broadcast_buffers on, debug from TORCH_DISTRIBUTED_DEBUG.
+// gradient_as_bucket_view off, broadcast_buffers on, debug from TORCH_DISTRIBUTED_DEBUG;
+// and our settings check on.
 void ddp_config_default(DdpConfig *c);
 
 typedef struct Ddp {
@@ -41,7 +44,7 @@ typedef struct Ddp {
 
 // Wraps the registry's parameters (all of them: the index space) and buffers. Runs the
 // construction collectives; on a mismatch returns -1 with PyTorch's message (or, for DDP
-// settings that differ, ours) in ddp_error. observer (may be NULL) sees the reducer's events.
+// settings that differ when cfg->check_settings, ours) in ddp_error. observer (may be NULL) sees the reducer's events.
 int ddp_init(Ddp *d, ProcessGroup *pg, Registry *reg, Tape *tape, const DdpConfig *cfg,
              ReducerObserver observer, void *user);
 void ddp_free(Ddp *d);

@@ -147,7 +147,8 @@ static void free_buckets(Reducer *r) {
     for (int b = 0; b < r->n_buckets; b++) {
         Bucket *k = &r->buckets[b];
         if (k->work) pg_work_free(k->work);
-        free(k->flat);
+        r->be->free(k->flat);
+        free(k->host);
     }
     free(r->buckets);
     r->buckets = NULL;
@@ -177,19 +178,22 @@ static void install_layout(Reducer *r, BucketLayout *layout, bool rebuilt) {
             r->locator_bucket[i] = b;
             r->locator_pos[i] = j;
         }
-        k->flat = xcalloc((size_t)k->numel, sizeof(float));
+        k->flat = r->be->alloc(sizeof(float) * (size_t)MAX(k->numel, 1));
+        r->be->fill(&r->tape->kc, k->flat, 0.0f, k->numel);
+        if (r->be->dev != DEV_CPU) k->host = xcalloc((size_t)MAX(k->numel, 1), sizeof(float));
         if (r->cfg.gradient_as_bucket_view)
             for (int j = 0; j < k->n_vars; j++) {
                 Tensor *p = r->params[k->vars[j]];
                 float *view = k->flat + k->offset[j];
-                if (p->grad_defined) memcpy(view, p->grad, sizeof(float) * (size_t)p->n);
+                if (p->grad_defined) r->be->copy(&r->tape->kc, view, p->grad, p->n);
                 p->grad = view;
             }
     }
     for (int b = 0; b < n_old; b++) {
         if (old[b].work) pg_work_free(old[b].work);
         free(old[b].offset);
-        free(old[b].flat);
+        r->be->free(old[b].flat);
+        free(old[b].host);
     }
     free(old);
     bucket_layout_free(&r->layout);
@@ -230,10 +234,12 @@ void reducer_init(Reducer *r, ProcessGroup *pg, Tape *tape, Tensor **params, con
                    .div_factor = -1.0,
                    .observer = observer,
                    .observer_user = user};
+    r->be = backend_need(params[0]->dev);
     r->own_grad = xmalloc(sizeof(float *) * (size_t)n);
     for (int i = 0; i < n; i++) {
         CHECK(params[i]->requires_grad && params[i]->grad && params[i]->param_index == i,
               "reducer: parameter %d is not a leaf of index %d with a grad buffer", i, i);
+        CHECK(params[i]->dev == params[0]->dev, "reducer: parameters on two devices");
         r->own_grad[i] = params[i]->grad;
     }
     r->locator_bucket = xmalloc(sizeof(int) * (size_t)n);
@@ -269,7 +275,7 @@ void reducer_free(Reducer *r) {
     for (int i = 0; i < r->n_params; i++) {
         Tensor *p = r->params[i];
         if (p->grad != r->own_grad[i]) {
-            if (p->grad_defined) memcpy(r->own_grad[i], p->grad, sizeof(float) * (size_t)p->n);
+            if (p->grad_defined) r->be->copy(&r->tape->kc, r->own_grad[i], p->grad, p->n);
             p->grad = r->own_grad[i];
         }
     }
@@ -323,7 +329,10 @@ static void all_reduce_bucket(Reducer *r, int b) {
                            .what = "bucket",
                            .numel = k->numel,
                            .seq = seq});
-    k->work = pg_allreduce_sum(r->pg, k->flat, k->numel);
+    // Off the CPU the bucket is staged through host memory (to_host now, to_device after the
+    // wait, in finalize_backward), as PyTorch's Gloo does with CUDA tensors.
+    if (k->host) r->be->to_host(k->host, k->flat, sizeof(float) * (size_t)k->numel);
+    k->work = pg_allreduce_sum(r->pg, k->host ? k->host : k->flat, k->numel);
     k->seq = seq;
 }
 
@@ -385,13 +394,15 @@ static int mark_variable_ready_dense(Reducer *r, int i) {
     Tensor *p = r->params[i];
     float *view = k->flat + k->offset[r->locator_pos[i]];
     float scale = (float)(1.0 / r->div_factor);
+    KernelCtx *kc = &r->tape->kc;
     if (p->grad_defined) {
-        if (p->grad == view) {
-            for (int64_t e = 0; e < p->n; e++)
-                view[e] /= (float)r->div_factor;
+        if (p->grad == view) { // view /= div_factor: div_fwd by a one-element device divisor
+            float *divisor = tape_alloc_data(r->tape, sizeof(float));
+            float div = (float)r->div_factor;
+            r->be->to_device(divisor, &div, sizeof div);
+            r->be->div_fwd(kc, view, view, divisor, 1, (int64_t[]){p->n}, (int64_t[]){1});
         } else {
-            for (int64_t e = 0; e < p->n; e++)
-                view[e] = p->grad[e] * scale;
+            r->be->scale_fwd(kc, view, p->grad, scale, p->n); // grad * (1 / div_factor)
             if (r->cfg.gradient_as_bucket_view) {
                 p->grad = view;
             }
@@ -403,7 +414,7 @@ static int mark_variable_ready_dense(Reducer *r, int i) {
                                    "allreduced by DDP reducer. This indicates a bug in DDP "
                                    "implementation, please report a bug with a repro to "
                                    "PyTorch.");
-        memset(view, 0, sizeof(float) * (size_t)p->n);
+        r->be->fill(kc, view, 0.0f, p->n);
     }
     return 0;
 }
@@ -524,7 +535,7 @@ static int finalize_bucket_dense(Reducer *r, Bucket *k) {
         }
         if (global_unused) continue;
         if (!r->cfg.gradient_as_bucket_view) {
-            memcpy(p->grad, view, sizeof(float) * (size_t)p->n);
+            r->be->copy(&r->tape->kc, p->grad, view, p->n);
             p->grad_defined = true;
         } else {
             if (p->grad_defined && p->grad != view)
@@ -551,6 +562,7 @@ static int finalize_backward(Reducer *r) {
         CHECK(k->work, "Expected bucket.future_work not to be null. This may indicate that "
                        "communication hook was not properly installed.");
         rc = wait_work(r, &k->work, b, "bucket", k->numel, k->seq);
+        if (rc == 0 && k->host) r->be->to_device(k->flat, k->host, sizeof(float) * (size_t)k->numel);
         r->div_factor = -1.0;
         if (rc == 0) rc = finalize_bucket_dense(r, k);
     }

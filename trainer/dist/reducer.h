@@ -105,7 +105,9 @@ typedef struct Bucket {
     int n_vars;
     int *vars;        // parameter indices, bucket order
     int64_t *offset;  // per var, into flat
-    float *flat;      // the bucket's contiguous gradients (numel floats)
+    float *flat;      // the bucket's contiguous gradients (numel floats), on the params' device
+    float *host;      // off the CPU: the host staging copy the process group reduces (Gloo
+                      // stages device tensors through host memory); NULL on the CPU
     int64_t numel;
     int pending;      // vars not yet marked ready this iteration
     PgWork *work;     // the launched allreduce, or NULL
@@ -114,7 +116,8 @@ typedef struct Bucket {
 
 typedef struct Reducer {
     ProcessGroup *pg;
-    Tape *tape;            // whose end-of-backward callbacks run finalize
+    Tape *tape;            // whose end-of-backward callbacks run finalize; its kc runs the kernels
+    const Backend *be;     // the parameters' device: buckets and gradients live there
     ReducerConfig cfg;
     int n_params;
     Tensor **params;       // borrowed, index space order

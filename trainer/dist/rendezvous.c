@@ -152,7 +152,7 @@ store_failed: // rank 0 serves the store: losing it mostly means rank 0 stopped 
 }
 
 int dist_open(Dist *d, const DistEnv *e, const char *backend, int rdzv_timeout_ms,
-              int pg_timeout_ms, char *err, size_t errlen) {
+              const PgOptions *pg, char *err, size_t errlen) {
     *d = (Dist){.env = *e};
     char why[1024];
     d->store = store_open(e->master_addr, e->master_port, e->rank == 0, e->world, e->token,
@@ -165,7 +165,7 @@ int dist_open(Dist *d, const DistEnv *e, const char *backend, int rdzv_timeout_m
         snprintf(err, errlen, "rank %d: %s", e->rank, why);
         return -1;
     }
-    d->pg = pg_new(backend, d->store, e->rank, e->world, pg_timeout_ms, why, sizeof why);
+    d->pg = pg_open(backend, d->store, e->rank, e->world, pg, why, sizeof why);
     if (!d->pg) {
         snprintf(err, errlen, "rank %d: process group (%s): %s", e->rank, backend, why);
         return -1;

@@ -31,9 +31,10 @@ typedef struct Dist {
 } Dist;
 
 // Rendezvous then the process group. backend "gloo" or "nccl"; rdzv_timeout_ms bounds the
-// store connection and the join; pg_timeout_ms every later collective. -1 with err.
+// store connection and the join; pg the process group (pg_open: its timeout bounds every later
+// collective). -1 with err.
 int dist_open(Dist *d, const DistEnv *e, const char *backend, int rdzv_timeout_ms,
-              int pg_timeout_ms, char *err, size_t errlen);
+              const PgOptions *pg, char *err, size_t errlen);
 // clean: the run finished normally (the group is drained, the store closed in order); else
 // the sockets are just dropped, as a process that raises does (peers then see errors).
 void dist_close(Dist *d, bool clean);

@@ -114,12 +114,16 @@ bool cdn_get_group(Tape *t, const CdnConfig *cfg, const Targets *tg, Tensor *cla
     int64_t *source = tape_alloc(t, sizeof(int64_t) * (size_t)(b * n_dn));
     for (int64_t i = 0; i < b * n_dn; i++)
         source[i] = rows;
-    Tensor *box = tensor_zeros(t->arena, 3, (int64_t[]){b, n_dn, 4});
+    // The boxes are placed on the host, then uploaded.
+    Tensor *box = tensor_new(t->arena, 3, (int64_t[]){b, n_dn, 4});
+    float *host_box = tape_alloc(t, sizeof(float) * 4 * (size_t)MAX(b * n_dn, 1));
+    memset(host_box, 0, sizeof(float) * 4 * (size_t)(b * n_dn));
     for (int64_t r = 0; r < rows; r++) {
         int64_t at = image[r % n] * n_dn + (r / n) * max_gt + local[r % n];
         source[at] = r;
-        memcpy(box->data + 4 * at, g->box_logits + 4 * r, 4 * sizeof(float));
+        memcpy(host_box + 4 * at, g->box_logits + 4 * r, 4 * sizeof(float));
     }
+    tensor_write(box, host_box);
 
     // dn_pos_idx: per image, the positive slots group-major.
     g->pos_start = tape_alloc(t, sizeof(int64_t) * (size_t)(b + 1));

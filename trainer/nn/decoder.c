@@ -51,7 +51,7 @@ static void msdeform_init(MsDeformAttn *a, Registry *r, int d_model, int n_level
     // 2*pi*h/NH scaled so that the larger coordinate is +-1, times (p + 1) for point p; the
     // same for every level. Bias layout (NH, L, P, 2).
     init_fill(a->sampling_offsets.w, 0.0f);
-    float *bias = a->sampling_offsets.b->data;
+    float *bias = xmalloc(sizeof(float) * (size_t)a->sampling_offsets.b->n); // host, uploaded
     for (int h = 0; h < n_heads; h++) {
         float theta = (float)h * (float)(2.0 * M_PI / n_heads);
         float gx = cosf(theta), gy = sinf(theta);
@@ -63,6 +63,8 @@ static void msdeform_init(MsDeformAttn *a, Registry *r, int d_model, int n_level
                 g[1] = gy / m * (float)(p + 1);
             }
     }
+    tensor_write(a->sampling_offsets.b, bias);
+    free(bias);
     init_fill(a->attention_weights.w, 0.0f);
     init_fill(a->attention_weights.b, 0.0f);
     init_xavier_uniform(a->value_proj.w, r->rng);
@@ -91,7 +93,7 @@ static Tensor *msdeform_forward(const MsDeformAttn *a, Tape *t, Tensor *query, T
 
     // loc = ref.xy + offsets / P * ref.wh * 0.5, ref broadcast as (B,Q,1,1,1,2)
     Tensor *p = tensor_new(t->arena, 1, (int64_t[]){1});
-    p->data[0] = (float)np;
+    tensor_write(p, &(float){(float)np});
     const int64_t bcast[6] = {b, q, 1, 1, 1, 2};
     Tensor *add = op_div(t, off, p);
     Tensor *wh = op_reshape(t, op_slice(t, ref, 2, 2, 4), 6, bcast);

@@ -41,7 +41,9 @@ Tensor *aifi_forward(Aifi *m, Tape *t, Tensor *x) {
     CHECK(x->ndim == 4 && c == m->a.c1, "AIFI: input has %lld channels, expected %d", (long long)c,
           m->a.c1);
     Tensor *pos = tensor_new(t->arena, 3, (int64_t[]){1, h * w, c});
-    aifi_sincos_embedding(pos->data, h, w, c);
+    float *host_pos = tape_alloc(t, sizeof(float) * (size_t)(h * w * c)); // made here, uploaded
+    aifi_sincos_embedding(host_pos, h, w, c);
+    tensor_write(pos, host_pos);
 
     // (B,C,H,W) -> (B,HW,C), token = row * W + col
     Tensor *src = op_reshape(t, x, 3, (int64_t[]){b, c, h * w});

@@ -35,8 +35,7 @@ void head_init(RtdetrHead *h, Registry *r, const DecoderArgs *a) {
         decoder_layer_init(&h->layers[j], r, idx, hd, a->nh, a->d_ffn, a->nl, a->ndp);
         if (j == 0) per_layer = r->n_params - start;
         for (int k = 0; j > 0 && k < per_layer; k++) {
-            Tensor *dst = r->params[start + k], *src = r->params[first + k];
-            memcpy(dst->data, src->data, sizeof(float) * (size_t)src->n);
+            tensor_copy(r->params[start + k], r->params[first + k]);
         }
     }
     registry_pop(r);
@@ -92,9 +91,9 @@ void head_init(RtdetrHead *h, Registry *r, const DecoderArgs *a) {
 
 // _generate_anchors(shapes, grid_size 0.05, eps 0.01): level i, cell (y, x) of (h, w) gives
 // the cxcywh box ((x+0.5)/w, (y+0.5)/h, 0.05*2^i, 0.05*2^i), row-major, levels concatenated.
-// anchors (1,N,4) holds their logits, +inf where any coordinate is outside (0.01, 0.99);
-// valid (1,N,1) is 1 or 0 accordingly.
-static void make_anchors(const int64_t *shapes, int nl, Tensor *anchors, Tensor *valid) {
+// anchors (N,4), host: their logits, +inf where any coordinate is outside (0.01, 0.99);
+// valid (N), host: 1 or 0 accordingly.
+static void make_anchors(const int64_t *shapes, int nl, float *anchors, float *valid) {
     int64_t k = 0;
     for (int l = 0; l < nl; l++) {
         int64_t h = shapes[2 * l], w = shapes[2 * l + 1];
@@ -107,8 +106,8 @@ static void make_anchors(const int64_t *shapes, int nl, Tensor *anchors, Tensor 
                 for (int j = 0; j < 4; j++)
                     ok = ok && box[j] > 0.01f && box[j] < 0.99f;
                 for (int j = 0; j < 4; j++)
-                    anchors->data[k * 4 + j] = ok ? logf(box[j] / (1.0f - box[j])) : INFINITY;
-                valid->data[k] = ok ? 1.0f : 0.0f;
+                    anchors[k * 4 + j] = ok ? logf(box[j] / (1.0f - box[j])) : INFINITY;
+                valid[k] = ok ? 1.0f : 0.0f;
             }
     }
 }
@@ -129,12 +128,14 @@ static int by_score(const void *pa, const void *pb) {
 }
 
 // idx (B,k): per image, the k tokens with the largest max-over-class logit, best first.
-static void select_topk(const Tensor *logits, int64_t k, int64_t *idx) {
-    int64_t b = logits->shape[0], n = logits->shape[1], c = logits->shape[2];
+// The logits come to the host once (a copy from the device).
+static void select_topk(const Tensor *logits_t, int64_t k, int64_t *idx) {
+    int64_t b = logits_t->shape[0], n = logits_t->shape[1], c = logits_t->shape[2];
+    float *logits = tensor_host_copy(logits_t);
     Scored *s = xmalloc(sizeof(Scored) * (size_t)n);
     for (int64_t bi = 0; bi < b; bi++) {
         for (int64_t i = 0; i < n; i++) {
-            const float *row = logits->data + (bi * n + i) * c;
+            const float *row = logits + (bi * n + i) * c;
             float m = row[0];
             for (int64_t j = 1; j < c; j++)
                 if (row[j] > m || isnan(row[j])) m = row[j];
@@ -145,6 +146,7 @@ static void select_topk(const Tensor *logits, int64_t k, int64_t *idx) {
             idx[bi * k + j] = s[j].i;
     }
     free(s);
+    free(logits);
 }
 
 // torch.stack(xs) of n equal-shaped tensors: (n, ...shape).
@@ -231,9 +233,12 @@ void head_forward(RtdetrHead *h, Tape *t, Tensor *const *xs, const RtdetrDnHook 
     }
 
     // _get_decoder_input
-    Tensor *anchors = tensor_new(t->arena, 3, (int64_t[]){1, n, 4});
+    // Anchors are made on the host and uploaded; the top-k boxes are picked on the host too.
+    float *host_anchors = tape_alloc(t, sizeof(float) * 4 * (size_t)n);
+    float *host_valid = tape_alloc(t, sizeof(float) * (size_t)n);
+    make_anchors(shapes, nl, host_anchors, host_valid);
     Tensor *valid = tensor_new(t->arena, 3, (int64_t[]){1, n, 1});
-    make_anchors(shapes, nl, anchors, valid);
+    tensor_write(valid, host_valid);
     Tensor *mem = linear_forward(&h->enc_output, t, op_mul(t, valid, feats));
     mem = layernorm_forward(&h->enc_output_norm, t, mem);
     Tensor *enc_logits = linear_forward(&h->enc_score_head, t, mem); // (B,N,K)
@@ -242,8 +247,10 @@ void head_forward(RtdetrHead *h, Tape *t, Tensor *const *xs, const RtdetrDnHook 
     select_topk(enc_logits, nq, idx);
     Tensor *top_feats = op_gather_rows(t, mem, idx, nq); // (B,Q,hd)
     Tensor *top_anchors = tensor_new(t->arena, 3, (int64_t[]){b, nq, 4});
+    float *host_top = tape_alloc(t, sizeof(float) * 4 * (size_t)(b * nq));
     for (int64_t i = 0; i < b * nq; i++)
-        memcpy(top_anchors->data + i * 4, anchors->data + idx[i] * 4, 4 * sizeof(float));
+        memcpy(host_top + i * 4, host_anchors + idx[i] * 4, 4 * sizeof(float));
+    tensor_write(top_anchors, host_top);
 
     Tensor *refer = op_add(t, mlp_forward(&h->enc_bbox_head, t, top_feats), top_anchors);
     out->enc_bboxes = op_sigmoid(t, refer);

@@ -46,12 +46,16 @@ static Pairs pairs_alloc(Tape *t, int64_t n) {
     return (Pairs){n, tape_alloc(t, bytes), tape_alloc(t, bytes), tape_alloc(t, bytes)};
 }
 
-// HungarianMatcher on one output (its data only: the matcher works on detached values).
+// HungarianMatcher on one output (its data only: the matcher works on detached values, copied
+// to the host).
 static Pairs hungarian_pairs(Tape *t, const LossConfig *cfg, const Tensor *boxes,
                              const Tensor *logits, const Targets *tg, const int64_t *gt_groups) {
     Match m = {0};
-    matcher_match(&cfg->matcher, boxes->shape[0], boxes->shape[1], logits->shape[2], boxes->data,
-                  logits->data, tg->n_boxes, tg->cls, tg->bboxes, gt_groups, &m);
+    float *host_boxes = tensor_host_copy(boxes), *host_logits = tensor_host_copy(logits);
+    matcher_match(&cfg->matcher, boxes->shape[0], boxes->shape[1], logits->shape[2], host_boxes,
+                  host_logits, tg->n_boxes, tg->cls, tg->bboxes, gt_groups, &m);
+    free(host_boxes);
+    free(host_logits);
     Pairs p = pairs_alloc(t, m.n_pairs);
     for (int64_t b = 0; b < m.n_images; b++)
         for (int64_t k = m.start[b]; k < m.start[b + 1]; k++)
@@ -71,13 +75,22 @@ static Pairs dn_pairs(Tape *t, const CdnGroup *dn, const Targets *tg) {
     return p;
 }
 
+// A constant of x's shape made on the host (n = x->n floats) and uploaded.
+static Tensor *host_constant(Tape *t, const Tensor *like, const float *host) {
+    Tensor *c = tensor_like(t->arena, like);
+    tensor_write(c, host);
+    return c;
+}
+
 // VarifocalLoss (U81): w = alpha sigmoid(x)^gamma (1 - label) + target label, w not detached;
 // BCE-with-logits(x, target) w, mean over queries, summed. target = target label already.
+// label: the one-hot labels on the host (x->n floats).
 static Tensor *varifocal(Tape *t, const LossConfig *cfg, Tensor *x, Tensor *target,
-                         const Tensor *label) {
-    Tensor *not_label = tensor_like(t->arena, label);
-    for (int64_t i = 0; i < label->n; i++)
-        not_label->data[i] = 1.0f - label->data[i];
+                         const float *label) {
+    float *h = tape_alloc(t, sizeof(float) * (size_t)MAX(x->n, 1));
+    for (int64_t i = 0; i < x->n; i++)
+        h[i] = 1.0f - label[i];
+    Tensor *not_label = host_constant(t, x, h);
     Tensor *w = op_pow_scalar(t, op_sigmoid(t, x), cfg->vfl_gamma);
     w = op_mul(t, op_scale(t, w, cfg->vfl_alpha), not_label);
     w = op_add(t, w, target);
@@ -86,13 +99,16 @@ static Tensor *varifocal(Tape *t, const LossConfig *cfg, Tensor *x, Tensor *targ
 }
 
 // FocalLoss: BCE (1 - p_t)^gamma (label alpha + (1 - label)(1 - alpha)), mean(1).sum().
-static Tensor *focal(Tape *t, const LossConfig *cfg, Tensor *x, Tensor *label) {
-    Tensor *not_label = tensor_like(t->arena, label), *alpha = tensor_like(t->arena, label);
+// label: the tensor and its host values.
+static Tensor *focal(Tape *t, const LossConfig *cfg, Tensor *x, Tensor *label,
+                     const float *host_label) {
+    float *h_not = tape_alloc(t, sizeof(float) * (size_t)MAX(x->n, 1));
+    float *h_alpha = tape_alloc(t, sizeof(float) * (size_t)MAX(x->n, 1));
     for (int64_t i = 0; i < label->n; i++) {
-        not_label->data[i] = 1.0f - label->data[i];
-        alpha->data[i] =
-            label->data[i] * cfg->focal_alpha + not_label->data[i] * (1 - cfg->focal_alpha);
+        h_not[i] = 1.0f - host_label[i];
+        h_alpha[i] = host_label[i] * cfg->focal_alpha + h_not[i] * (1 - cfg->focal_alpha);
     }
+    Tensor *not_label = host_constant(t, label, h_not), *alpha = host_constant(t, label, h_alpha);
     Tensor *loss = op_bce_with_logits(t, x, label);
     Tensor *p = op_sigmoid(t, x);
     Tensor *p_t =
@@ -107,16 +123,20 @@ static Tensor *focal(Tape *t, const LossConfig *cfg, Tensor *x, Tensor *label) {
 static Tensor *one_minus_giou(Tape *t, Tensor *pred, const float *gt, int64_t m) {
     Tensor *c[4];
     op_split(t, pred, -1, (int64_t[]){1, 1, 1, 1}, 4, c); // x1, y1, w1, h1 = box1.chunk(4, -1)
-    Tensor *gx1 = tensor_2d(t->arena, m, 1), *gx2 = tensor_2d(t->arena, m, 1);
-    Tensor *gy1 = tensor_2d(t->arena, m, 1), *gy2 = tensor_2d(t->arena, m, 1);
-    Tensor *garea = tensor_2d(t->arena, m, 1);
+    // The GT corners and areas on the host (5 columns of m), then uploaded.
+    float *h = tape_alloc(t, sizeof(float) * 5 * (size_t)MAX(m, 1));
     for (int64_t i = 0; i < m; i++) {
         const float *g = gt + 4 * i;
         float hw = g[2] / 2, hh = g[3] / 2;
-        gx1->data[i] = g[0] - hw, gx2->data[i] = g[0] + hw;
-        gy1->data[i] = g[1] - hh, gy2->data[i] = g[1] + hh;
-        garea->data[i] = g[2] * g[3];
+        h[i] = g[0] - hw, h[m + i] = g[0] + hw;
+        h[2 * m + i] = g[1] - hh, h[3 * m + i] = g[1] + hh;
+        h[4 * m + i] = g[2] * g[3];
     }
+    Tensor *gx1 = tensor_2d(t->arena, m, 1), *gx2 = tensor_2d(t->arena, m, 1);
+    Tensor *gy1 = tensor_2d(t->arena, m, 1), *gy2 = tensor_2d(t->arena, m, 1);
+    Tensor *garea = tensor_2d(t->arena, m, 1);
+    tensor_write(gx1, h), tensor_write(gx2, h + m), tensor_write(gy1, h + 2 * m);
+    tensor_write(gy2, h + 3 * m), tensor_write(garea, h + 4 * m);
     Tensor *hw = op_div(t, c[2], tensor_scalar(t->arena, 2.0f));
     Tensor *hh = op_div(t, c[3], tensor_scalar(t->arena, 2.0f));
     Tensor *x1 = op_sub(t, c[0], hw), *x2 = op_add(t, c[0], hw);
@@ -142,9 +162,13 @@ static void layer_loss(Tape *t, const LossConfig *cfg, Tensor *boxes, Tensor *lo
     int64_t b = logits->shape[0], q = logits->shape[1], k = logits->shape[2], m = p->n;
     CHECK(k == cfg->nc, "loss: logits have %lld classes, nc is %d", (long long)k, cfg->nc);
     // one_hot of the targets (background column dropped) and target = IoU(pred.detach(), gt)
-    // at the matched slot's class.
-    Tensor *label = tensor_zeros(t->arena, 3, (int64_t[]){b, q, k});
-    Tensor *target = tensor_zeros(t->arena, 3, (int64_t[]){b, q, k});
+    // at the matched slot's class; made on the host (the predicted boxes copied there), uploaded.
+    Tensor *label = tensor_new(t->arena, 3, (int64_t[]){b, q, k});
+    Tensor *target = tensor_new(t->arena, 3, (int64_t[]){b, q, k});
+    float *host_label = tape_alloc(t, sizeof(float) * (size_t)MAX(label->n, 1));
+    float *host_target = xcalloc((size_t)MAX(label->n, 1), sizeof(float));
+    memset(host_label, 0, sizeof(float) * (size_t)label->n);
+    float *host_boxes = tensor_host_copy(boxes);
     float *pred = xmalloc(sizeof(float) * 4 * (size_t)MAX(m, (int64_t)1));
     float *gt = tape_alloc(t, sizeof(float) * 4 * (size_t)MAX(m, (int64_t)1));
     float *iou = xmalloc(sizeof(float) * (size_t)MAX(m, (int64_t)1));
@@ -153,19 +177,24 @@ static void layer_loss(Tape *t, const LossConfig *cfg, Tensor *boxes, Tensor *lo
         CHECK(p->image[i] < b && p->query[i] < q && p->gt[i] < tg->n_boxes, "loss: bad pair %lld",
               (long long)i);
         rows[i] = p->image[i] * q + p->query[i];
-        memcpy(pred + 4 * i, boxes->data + 4 * rows[i], 4 * sizeof(float));
+        memcpy(pred + 4 * i, host_boxes + 4 * rows[i], 4 * sizeof(float));
         memcpy(gt + 4 * i, tg->bboxes + 4 * p->gt[i], 4 * sizeof(float));
     }
     boxes_iou(m, pred, gt, iou);
     for (int64_t i = 0; i < m; i++) {
         int64_t at = rows[i] * k + tg->cls[p->gt[i]];
-        label->data[at] = 1.0f;
-        target->data[at] = iou[i];
+        host_label[at] = 1.0f;
+        host_target[at] = iou[i];
     }
+    tensor_write(label, host_label);
+    tensor_write(target, host_target);
+    free(host_target);
+    free(host_boxes);
     free(pred);
     free(iou);
 
-    Tensor *cls = m > 0 ? varifocal(t, cfg, logits, target, label) : focal(t, cfg, logits, label);
+    Tensor *cls = m > 0 ? varifocal(t, cfg, logits, target, host_label)
+                        : focal(t, cfg, logits, label, host_label);
     // loss_cls /= max(num_gts, 1) / nq, then the gain
     cls = op_div(t, cls, tensor_scalar(t->arena, (float)((double)MAX(m, (int64_t)1) / (double)q)));
     out[0] = op_scale(t, cls, cfg->gain_class);
@@ -177,7 +206,8 @@ static void layer_loss(Tape *t, const LossConfig *cfg, Tensor *boxes, Tensor *lo
     }
     Tensor *matched =
         op_index_select(t, op_reshape(t, boxes, 2, (int64_t[]){b * q, 4}), 0, rows, m);
-    Tensor *gt_t = tensor_view(t->arena, gt, 2, (int64_t[]){m, 4});
+    Tensor *gt_t = tensor_2d(t->arena, m, 4);
+    tensor_write(gt_t, gt);
     Tensor *count = tensor_scalar(t->arena, (float)m);
     Tensor *l1 = op_sum(t, op_abs(t, op_sub(t, matched, gt_t)));
     out[1] = op_div(t, op_scale(t, l1, cfg->gain_bbox), count);
@@ -272,8 +302,8 @@ Tensor *loss_criterion(Tape *t, const LossConfig *cfg, const RtdetrOutput *o, co
     if (keys_out) memcpy(keys_out, keys, sizeof keys);
     if (items) {
         for (int k = 0; k < LOSS_N_KEYS; k++)
-            items->value[k] = keys[k]->data[0];
-        items->total = sum->data[0];
+            items->value[k] = tensor_item(keys[k]);
+        items->total = tensor_item(sum);
         items->giou = items->value[LOSS_GIOU];
         items->cls = items->value[LOSS_CLASS];
         items->l1 = items->value[LOSS_BBOX];

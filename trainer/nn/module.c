@@ -41,14 +41,14 @@ void registry_pop(Registry *r) {
 }
 
 void *registry_alloc(Registry *r, size_t nbytes) {
-    void *p = arena_alloc(r->host, nbytes);
+    void *p = arena_alloc_host(r->host, nbytes);
     memset(p, 0, nbytes);
     return p;
 }
 
 static const char *full_name(Registry *r, const char *name) {
     size_t a = strlen(r->prefix), b = strlen(name);
-    char *s = arena_alloc(r->host, a + b + 1);
+    char *s = arena_alloc_host(r->host, a + b + 1);
     memcpy(s, r->prefix, a);
     memcpy(s + a, name, b + 1);
     return s;
@@ -97,19 +97,24 @@ int64_t registry_numel(const Registry *r) {
 }
 
 // ---- initialisers ----
-void init_fill(Tensor *t, float value) {
-    for (int64_t i = 0; i < t->n; i++)
-        t->data[i] = value;
-}
+// Parameters live on the model's device: the values are drawn on the host, in the same order
+// on every device, and uploaded.
+void init_fill(Tensor *t, float value) { tensor_fill(t, value); }
 
 void init_uniform(Tensor *t, Rng *rng, float lo, float hi) {
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(t->n, 1));
     for (int64_t i = 0; i < t->n; i++)
-        t->data[i] = rng_range(rng, lo, hi);
+        h[i] = rng_range(rng, lo, hi);
+    tensor_write(t, h);
+    free(h);
 }
 
 void init_normal(Tensor *t, Rng *rng) {
+    float *h = xmalloc(sizeof(float) * (size_t)MAX(t->n, 1));
     for (int64_t i = 0; i < t->n; i++)
-        t->data[i] = rng_normal(rng);
+        h[i] = rng_normal(rng);
+    tensor_write(t, h);
+    free(h);
 }
 
 // torch.nn.init._calculate_fan_in_and_fan_out: dims 2.. are the receptive field.

@@ -55,9 +55,14 @@ static void *build_layer(Registry *r, const LayerSpec *l) {
 }
 
 int rtdetr_init(Rtdetr *m, const char *model, int nc, uint64_t seed, char *err, size_t errlen) {
+    return rtdetr_init_on(m, DEV_CPU, model, nc, seed, err, errlen);
+}
+
+int rtdetr_init_on(Rtdetr *m, Device dev, const char *model, int nc, uint64_t seed, char *err,
+                   size_t errlen) {
     memset(m, 0, sizeof *m);
     if (model_spec_load(&m->spec, model, nc, err, errlen)) return -1;
-    arena_init(&m->params, DEV_CPU, 0);
+    arena_init(&m->params, dev, 0);
     arena_init(&m->host, DEV_CPU, 1 << 20);
     rng_init(&m->rng, seed);
     registry_init(&m->reg, &m->params, &m->host, &m->rng);

@@ -62,6 +62,9 @@ typedef struct Rtdetr {
 // Reads `model` (see model_spec_load), builds and initialises every module from `seed`.
 // nc > 0 overrides the yaml's nc. Returns 0, or -1 with a one-line message in err.
 int rtdetr_init(Rtdetr *m, const char *model, int nc, uint64_t seed, char *err, size_t errlen);
+// The same with the parameters on device `dev` (rtdetr_init: the CPU).
+int rtdetr_init_on(Rtdetr *m, Device dev, const char *model, int nc, uint64_t seed, char *err,
+                   size_t errlen);
 void rtdetr_free(Rtdetr *m);
 
 // images (B,3,H,W), H and W multiples of 32. t->training selects the mode (batch statistics,

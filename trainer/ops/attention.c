@@ -102,10 +102,10 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     float scale = (float)sqrt(1.0 / (double)D);
 
     MhaCtx c = {.n_heads = NH, .scale = scale};
-    c.qs = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lq * E));
-    c.k = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lk * E));
-    c.v = arena_alloc(t->arena, sizeof(float) * (size_t)(B * Lk * E));
-    c.p = arena_alloc(t->arena, sizeof(float) * (size_t)(B * NH * LL));
+    c.qs = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lq * E));
+    c.k = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
+    c.v = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
+    c.p = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * NH * LL));
 
     float *q = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
     project(t, be, q, query->data, in_proj_weight, in_proj_bias, 0, B * Lq, E);
@@ -117,7 +117,7 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     // The mask goes to the tensors' device; the kernels read it there.
     uint8_t *mask = NULL;
     if (attn_mask) {
-        mask = arena_alloc(t->arena, (size_t)LL);
+        mask = arena_alloc_data(t->arena, (size_t)LL);
         be->to_device(mask, attn_mask, (size_t)LL);
     }
 

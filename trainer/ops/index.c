@@ -18,7 +18,7 @@ static const int64_t *device_indices(Tape *t, const Backend *be, const char *op,
     for (int64_t i = 0; i < n; i++)
         CHECK(idx[i] >= 0 && idx[i] < n_src, "%s: index %lld at %lld out of range [0, %lld)", op,
               (long long)idx[i], (long long)i, (long long)n_src);
-    int64_t *d = arena_alloc(t->arena, (size_t)MAX(n, 1) * sizeof(int64_t));
+    int64_t *d = arena_alloc_data(t->arena, (size_t)MAX(n, 1) * sizeof(int64_t));
     be->to_device(d, idx, (size_t)n * sizeof(int64_t));
     return d;
 }

@@ -52,7 +52,7 @@ Tensor *op_maxpool2d(Tape *t, Tensor *x, Pool2dParams p) {
     Tensor *y = tensor_4d(t->arena, x->shape[0], x->shape[1], OH, OW);
     int32_t *idx = NULL;
     if (tape_needs_grad(t, &x, 1))
-        idx = tape_alloc(t, sizeof(int32_t) * (size_t)(n_planes * OH * OW));
+        idx = tape_alloc_data(t, sizeof(int32_t) * (size_t)(n_planes * OH * OW));
     be->maxpool2d_fwd(&t->kc, y->data, idx, x->data, n_planes, H, W, OH, OW, p);
     Node *n = tape_record(t, &maxpool2d_info, &x, 1, &y, 1);
     if (n) {

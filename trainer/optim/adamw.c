@@ -116,7 +116,6 @@ void optim_init(Optimizer *o, OptimKind kind, Tensor **params, const char **name
     o->step = xcalloc((size_t)n_params, sizeof(int64_t));
     o->has_state = xcalloc((size_t)n_params, 1);
     for (int i = 0; i < n_params; i++) {
-        CHECK(params[i]->dev == DEV_CPU, "%s: the optimizer runs on host memory", names[i]);
         o->group[i] = (uint8_t)optim_group_of(names[i]);
         o->offset[i] = o->numel;
         o->numel += params[i]->n;
@@ -152,8 +151,9 @@ int optim_group_size(const Optimizer *o, OptimGroupId g) {
 // _single_tensor_adamw for one parameter (step already counted).
 static void adamw_update(const Optimizer *o, const OptimGroup *gr, int i) {
     Tensor *p = o->params[i];
-    float *w = p->data, *m = o->exp_avg + o->offset[i], *v = o->exp_avg_sq + o->offset[i];
-    const float *g = p->grad;
+    float *m = o->exp_avg + o->offset[i], *v = o->exp_avg_sq + o->offset[i];
+    float *w = host_map(p->dev, p->data, p->n, true);
+    float *g = host_map(p->dev, p->grad, p->n, true);
     double step = (double)o->step[i];
     double bias_correction1 = 1.0 - pow(gr->momentum, step);
     double bias_correction2 = 1.0 - pow(gr->beta2, step);
@@ -172,13 +172,16 @@ static void adamw_update(const Optimizer *o, const OptimGroup *gr, int i) {
         float denom = sqrtf(v[j]) / bc2_sqrt + eps;            // (v.sqrt() / bc2_sqrt).add_(eps)
         w[j] = w[j] + (neg_step_size * m[j]) / denom;          // param.addcdiv_(m, denom, -step_size)
     }
+    host_unmap(p->dev, p->grad, g, p->n, false);
+    host_unmap(p->dev, p->data, w, p->n, true);
 }
 
 // _single_tensor_sgd for one parameter (dampening 0).
 static void sgd_update(Optimizer *o, const OptimGroup *gr, int i) {
     Tensor *p = o->params[i];
-    float *w = p->data, *buf = o->momentum_buffer + o->offset[i];
-    const float *g = p->grad;
+    float *buf = o->momentum_buffer + o->offset[i];
+    float *w = host_map(p->dev, p->data, p->n, true);
+    float *g = host_map(p->dev, p->grad, p->n, true);
     float wd = (float)gr->weight_decay, mom = (float)gr->momentum, neg_lr = (float)(-gr->lr);
     bool first = !o->has_state[i];
     bool use_momentum = gr->momentum != 0.0;
@@ -190,6 +193,8 @@ static void sgd_update(Optimizer *o, const OptimGroup *gr, int i) {
         }
         w[j] = fmaf(d, neg_lr, w[j]); // param.add_(d, alpha=-lr)
     }
+    host_unmap(p->dev, p->grad, g, p->n, false);
+    host_unmap(p->dev, p->data, w, p->n, true);
     if (use_momentum) o->has_state[i] = 1;
 }
 
@@ -213,6 +218,10 @@ void optim_zero_grad(Optimizer *o, bool set_to_none) {
         Tensor *p = o->params[i];
         if (!p->grad_defined) continue;
         if (set_to_none) p->grad_defined = false;
-        else memset(p->grad, 0, sizeof(float) * (size_t)p->n);
+        else {
+            float *g = host_map(p->dev, p->grad, p->n, false);
+            memset(g, 0, sizeof(float) * (size_t)p->n);
+            host_unmap(p->dev, p->grad, g, p->n, true);
+        }
     }
 }

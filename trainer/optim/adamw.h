@@ -5,7 +5,8 @@
  * torch >= 2.0 computes exp_avg with lerp_ (m + (1-b1)*(g - m)), which can differ from 1.13's
  * mul_/add_ by an ulp; we follow 1.13, the version tests/golden/optim.bin comes from.
  * Not here: the lr/momentum schedule (schedule.h), clipping (clip.h), EMA (ema.h).
- * State lives in host memory and the loops are host loops: parameters must be on DEV_CPU. */
+ * State lives in host memory and the loops are host loops over the parameters and gradients
+ * mapped to the host (host_map: the memory itself on the CPU, staging copies on a device). */
 #ifndef TRAINER_OPTIM_ADAMW_H
 #define TRAINER_OPTIM_ADAMW_H
 

@@ -8,7 +8,9 @@
 // torch.norm(p.grad, 2) of one tensor, rounded to float32 like torch's result.
 static float grad_norm(const Tensor *p) {
     double sum = 0.0;
-    for (int64_t j = 0; j < p->n; j++) sum += (double)p->grad[j] * (double)p->grad[j];
+    float *g = host_map(p->dev, p->grad, p->n, true);
+    for (int64_t j = 0; j < p->n; j++) sum += (double)g[j] * (double)g[j];
+    host_unmap(p->dev, p->grad, g, p->n, false);
     return (float)sqrt(sum);
 }
 
@@ -31,7 +33,9 @@ float clip_grad_norm(Tensor *const *params, int n_params, double max_norm) {
     for (int i = 0; i < n_params; i++) {
         Tensor *p = params[i];
         if (!p->grad_defined) continue;
-        for (int64_t j = 0; j < p->n; j++) p->grad[j] *= coef;
+        float *g = host_map(p->dev, p->grad, p->n, true);
+        for (int64_t j = 0; j < p->n; j++) g[j] *= coef;
+        host_unmap(p->dev, p->grad, g, p->n, true);
     }
     return total;
 }

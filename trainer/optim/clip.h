@@ -1,6 +1,6 @@
 /* clip.h -- torch.nn.utils.clip_grad_norm_(parameters, max_norm) with norm_type 2, as
  * Ultralytics calls it before every optimizer step (max_norm 10). Parameters whose grad is
- * None (grad_defined false) neither count nor change. Host loops (DEV_CPU parameters).
+ * None (grad_defined false) neither count nor change. Host loops over the gradients mapped to the host (host_map).
  * Not bit-exact to torch: torch reduces each norm in float32 in its own order; we sum in
  * double, so the total norm agrees to float32 rounding (see tests/test_optim.c). */
 #ifndef TRAINER_OPTIM_CLIP_H

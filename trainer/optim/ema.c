@@ -15,7 +15,6 @@ void ema_init(Ema *e, const Registry *model) {
     CHECK(e->n_params > 0, "EMA of a model without parameters");
     e->param_offset = xmalloc(sizeof(int64_t) * (size_t)e->n_params);
     for (int i = 0; i < e->n_params; i++) {
-        CHECK(model->params[i]->dev == DEV_CPU, "%s: the EMA keeps host copies", model->names[i]);
         e->param_offset[i] = e->n_param_floats;
         e->n_param_floats += model->params[i]->n;
     }
@@ -31,11 +30,10 @@ void ema_init(Ema *e, const Registry *model) {
     }
     if (e->n_buffer_floats > 0) e->buffers = xmalloc(sizeof(float) * (size_t)e->n_buffer_floats);
     for (int i = 0; i < e->n_params; i++)
-        memcpy(e->params + e->param_offset[i], model->params[i]->data,
-               sizeof(float) * (size_t)model->params[i]->n);
+        tensor_read(model->params[i], e->params + e->param_offset[i]);
     for (int b = 0; b < e->n_buffers; b++) {
         const RegBuffer *rb = &model->buffers[b];
-        if (rb->t) memcpy(e->buffers + e->buffer_offset[b], rb->t->data, sizeof(float) * (size_t)rb->t->n);
+        if (rb->t) tensor_read(rb->t, e->buffers + e->buffer_offset[b]);
         else e->counters[b] = *rb->count;
     }
 }
@@ -54,12 +52,16 @@ double ema_decay_at(const Ema *e, int64_t updates) {
 }
 
 // v *= d; v += (1 - d) * m: torch casts both Python scalars to float32 and rounds each op.
-static void average(float *v, const float *m, int64_t n, float d, float one_minus_d) {
+// v: host (the EMA's copy); m: the model's tensor, mapped to the host for the loop.
+static void average(float *v, const Tensor *t, float d, float one_minus_d) {
+    int64_t n = t->n;
+    const float *m = host_map(t->dev, t->data, n, true);
     for (int64_t j = 0; j < n; j++) {
         float scaled = v[j] * d;
         float pulled = one_minus_d * m[j];
         v[j] = scaled + pulled;
     }
+    host_unmap(t->dev, t->data, (float *)m, n, false);
 }
 
 void ema_update(Ema *e, const Registry *model) {
@@ -70,11 +72,10 @@ void ema_update(Ema *e, const Registry *model) {
     double d = ema_decay_at(e, e->updates);
     float df = (float)d, one_minus_d = (float)(1.0 - d);
     for (int i = 0; i < e->n_params; i++)
-        average(e->params + e->param_offset[i], model->params[i]->data, model->params[i]->n, df,
-                one_minus_d);
+        average(e->params + e->param_offset[i], model->params[i], df, one_minus_d);
     for (int b = 0; b < e->n_buffers; b++) {
         const RegBuffer *rb = &model->buffers[b];
-        if (rb->t) average(e->buffers + e->buffer_offset[b], rb->t->data, rb->t->n, df, one_minus_d);
+        if (rb->t) average(e->buffers + e->buffer_offset[b], rb->t, df, one_minus_d);
     }
 }
 
@@ -82,11 +83,10 @@ void ema_copy_to(const Ema *e, Registry *model) {
     CHECK(model->n_params == e->n_params && model->n_buffers == e->n_buffers,
           "EMA made from another model");
     for (int i = 0; i < e->n_params; i++)
-        memcpy(model->params[i]->data, e->params + e->param_offset[i],
-               sizeof(float) * (size_t)model->params[i]->n);
+        tensor_write(model->params[i], e->params + e->param_offset[i]);
     for (int b = 0; b < e->n_buffers; b++) {
         RegBuffer *rb = &model->buffers[b];
-        if (rb->t) memcpy(rb->t->data, e->buffers + e->buffer_offset[b], sizeof(float) * (size_t)rb->t->n);
+        if (rb->t) tensor_write(rb->t, e->buffers + e->buffer_offset[b]);
         else *rb->count = e->counters[b];
     }
 }

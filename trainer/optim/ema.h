@@ -5,7 +5,8 @@
  *     v *= d; v += (1 - d) * model_v           (float32, in that order, as torch).
  * Integer entries (num_batches_tracked) are skipped, exactly as ModelEMA's
  * `if v.dtype.is_floating_point`: they keep the value they had when the EMA was made (0 for a
- * fresh model; a checkpoint's on resume). Host copies; the model must be on DEV_CPU. */
+ * fresh model; a checkpoint's on resume). Host copies, read and written through
+ * the backend (tensor_read / tensor_write), so the model may be on any device. */
 #ifndef TRAINER_OPTIM_EMA_H
 #define TRAINER_OPTIM_EMA_H
 

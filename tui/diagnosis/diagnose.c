@@ -486,22 +486,62 @@ static void rule_incomplete(Diag *d) {
 
 // ---- the engine ----------------------------------------------------------------------------
 
+// Gloo's words for a peer that went away: its process exited (after an error of its own, or
+// killed), which closed its sockets, so this rank's collective failed.
+static bool peer_gone(const char *error) {
+    return error && (strstr(error, "Connection closed by peer") ||
+                     strstr(error, "Connection reset by peer"));
+}
+
+// The finding a rank's "Connection closed by peer" follows from: the error of another rank
+// that raised something else (the first to stop, when several did), else that rank's death;
+// -1 when the trace shows neither.
+static int peer_cause(const Diag *d, int rank) {
+    const Model *m = d->m;
+    int best = -1;
+    for (int i = 0; i < d->n; i++) {
+        const Finding *g = &d->f[i];
+        if (g->kind != FINDING_ERROR || g->ranks[0] == rank || peer_gone(g->explanation)) continue;
+        if (best < 0 || m->ranks[g->ranks[0]].last_event_ns <
+                            m->ranks[d->f[best].ranks[0]].last_event_ns)
+            best = i;
+    }
+    if (best >= 0) return best;
+    for (int i = 0; i < d->n; i++)
+        if (d->f[i].kind == FINDING_DEAD_RANK && d->f[i].ranks[0] != rank) return i;
+    return -1;
+}
+
 // Links each consequence to the root cause it follows from.
 static void link_causes(Diag *d) {
     static const FindingKind roots[] = {FINDING_UNUSED_SOME_RANKS, FINDING_UNUSED_ALL_RANKS,
                                         FINDING_SKIPPED_BACKWARD,  FINDING_NO_SYNC_MISMATCH,
                                         FINDING_UNEVEN_BATCHES,    FINDING_LAYOUT_MISMATCH,
-                                        FINDING_DEAD_RANK};
+                                        FINDING_DEAD_RANK,         FINDING_MODEL_MISMATCH};
     int root = -1;
     for (size_t k = 0; k < sizeof roots / sizeof *roots && root < 0; k++)
         root = first_of(d, roots[k], -1);
     for (int i = 0; i < d->n; i++) {
         Finding *f = &d->f[i];
         if (f->kind == FINDING_ERROR) {
+            if (strstr(f->explanation, "appears not to match") ||
+                strstr(f->explanation, "DDP expects same model across all ranks"))
+                f->cause = first_of(d, FINDING_MODEL_MISMATCH, -1); // construction's check
             if (!strncmp(f->explanation, "Expected to have finished reduction", 35)) {
                 int c = first_of(d, FINDING_UNUSED_SOME_RANKS, f->ranks[0]);
                 if (c < 0) c = first_of(d, FINDING_UNUSED_ALL_RANKS, f->ranks[0]);
                 f->cause = c;
+            } else if (peer_gone(f->explanation) && (f->cause = peer_cause(d, f->ranks[0])) >= 0) {
+                const Finding *g = &d->f[f->cause];
+                Str ex = {0};
+                str_addf(&ex,
+                         "This follows from rank %d's %s: rank %d's process exited, which "
+                         "closed its connections, so rank %d's collective failed. It is a "
+                         "consequence, not a cause.\n%s",
+                         g->ranks[0], g->kind == FINDING_ERROR ? "error" : "death", g->ranks[0],
+                         f->ranks[0], f->explanation);
+                free(f->explanation);
+                f->explanation = str_take(&ex);
             }
         } else if (f->kind == FINDING_COLLECTIVE_MISMATCH || f->kind == FINDING_HANG) {
             f->cause = root;
@@ -511,15 +551,51 @@ static void link_causes(Diag *d) {
     }
 }
 
+// Puts the errors that follow from no other finding first, then their consequences (those one
+// link away, then two, ...), then warnings and notes, each group in rule order; remaps cause.
+static void order_findings(Diag *d) {
+    int n = d->n;
+    int *key = xcalloc((size_t)MAX(n, 1), sizeof(int)), *order = xcalloc((size_t)MAX(n, 1), sizeof(int)),
+        *where = xcalloc((size_t)MAX(n, 1), sizeof(int));
+    for (int i = 0; i < n; i++) {
+        int depth = 0;
+        for (int c = d->f[i].cause; c >= 0 && depth <= n; c = d->f[c].cause)
+            depth++;
+        key[i] = d->f[i].severity == SEVERITY_ERROR ? depth : n + 1;
+        order[i] = i;
+    }
+    for (int i = 1; i < n; i++) // insertion sort: stable, n is small
+        for (int j = i; j > 0 && key[order[j - 1]] > key[order[j]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    Finding *sorted = xcalloc((size_t)MAX(n, 1), sizeof(Finding));
+    for (int i = 0; i < n; i++)
+        where[order[i]] = i;
+    for (int i = 0; i < n; i++) {
+        sorted[i] = d->f[order[i]];
+        if (sorted[i].cause >= 0) sorted[i].cause = where[sorted[i].cause];
+    }
+    free(d->f);
+    d->f = sorted;
+    d->cap = MAX(n, 1);
+    free(key);
+    free(order);
+    free(where);
+}
+
 int diagnose(const Model *m, Finding **out) {
     Diag d = {.m = m};
     void (*rules[])(Diag *) = {
-        rule_unused,     rule_skipped_backward, rule_no_sync, rule_uneven, rule_layouts,
+        rule_model_mismatch, rule_unused, rule_skipped_backward, rule_no_sync, rule_uneven,
+        rule_layouts,
         rule_dead,       rule_mismatch,         rule_hang,    rule_errors, rule_straggler,
         rule_incomplete, rule_find_unused};
     for (size_t k = 0; k < sizeof rules / sizeof *rules; k++)
         rules[k](&d);
     link_causes(&d);
+    order_findings(&d);
+    if (!d.n) free(d.f), d.f = NULL;
     *out = d.f;
     return d.n;
 }
@@ -550,7 +626,8 @@ const char *finding_kind_name(FindingKind kind) {
         [FINDING_STRAGGLER] = "straggler",
         [FINDING_TRACE_INCOMPLETE] = "trace_incomplete",
         [FINDING_UNUSED_HANDLED] = "unused_handled",
-        [FINDING_FIND_UNUSED_IDLE] = "find_unused_idle"};
+        [FINDING_FIND_UNUSED_IDLE] = "find_unused_idle",
+        [FINDING_MODEL_MISMATCH] = "model_mismatch"};
     return kind >= 0 && kind < FINDING_KIND_COUNT ? names[kind] : "?";
 }
 

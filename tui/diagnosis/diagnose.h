@@ -11,7 +11,7 @@
 #include "tui/model/model.h"
 
 // Values are stable (the report's JSON names them by finding_kind_name). Rules run, and
-// findings come out, in this order: root causes first, then their consequences, then
+// findings come out, in this order (a kind added later is appended, its rule placed in order): root causes first, then their consequences, then
 // performance and trace-quality notes, then information.
 typedef enum FindingKind {
     FINDING_UNUSED_SOME_RANKS,   // parameters without a gradient on some ranks only (error + hang)
@@ -28,6 +28,8 @@ typedef enum FindingKind {
     FINDING_TRACE_INCOMPLETE,    // a rank's file missing or unreadable, or events dropped
     FINDING_UNUSED_HANDLED,      // information: find_unused_parameters marked parameters unused
     FINDING_FIND_UNUSED_IDLE,    // information: find_unused_parameters on, nothing ever unused
+    FINDING_MODEL_MISMATCH,      // DDP's construction found different models (a root cause: its
+                                 // rule runs first; the value is last, values never change)
     FINDING_KIND_COUNT
 } FindingKind;
 

@@ -13,7 +13,20 @@
 
 // ---- the fixes, worded once (diagnose_rules.h; explain.c offers them for logs) -------------
 
-void fix_find_unused(Str *fx, int n_missing, int n_params) {
+bool bucket_caps_text(const ModelRank *r, char *out, size_t len) {
+    out[0] = '\0';
+    if (r->bucket_cap_bytes <= 0) return false;
+    char cap[32], first[32];
+    snprintf(cap, sizeof cap, "%g MiB", (double)r->bucket_cap_bytes / (1024.0 * 1024.0));
+    snprintf(first, sizeof first, "%g MiB", (double)r->first_bucket_bytes / (1024.0 * 1024.0));
+    if (r->first_bucket_bytes <= 0 || r->first_bucket_bytes == r->bucket_cap_bytes)
+        snprintf(out, len, "%s", cap);
+    else
+        snprintf(out, len, "%s/%s", first, cap);
+    return true;
+}
+
+void fix_find_unused(Str *fx, int n_missing, int n_params, const char *caps) {
     char bitmap[64] = "", digits[16];
     snprintf(digits, sizeof digits, "%d", n_params); // "an 18-", "an 8-", "an 11000-element"
     size_t nd = strlen(digits);
@@ -26,9 +39,10 @@ void fix_find_unused(Str *fx, int n_missing, int n_params) {
         "the outputs and marks what it cannot reach as ready, so the %d %s would be marked "
         "unused and their bucket would launch with zeros. Cost: one graph traversal per "
         "iteration and one allreduce of %s used-parameter bitmap; the buckets keep "
-        "their 1 MiB/25 MiB layout, no rebuild.\n",
+        "their %s%slayout, no rebuild.\n",
         n_missing, plural(n_missing, "parameter", "parameters"),
-        n_params > 0 ? bitmap : "a one-element-per-parameter");
+        n_params > 0 ? bitmap : "a one-element-per-parameter", caps && *caps ? caps : "",
+        caps && *caps ? " " : "");
 }
 
 void fix_skip_empty_batches(Str *fx) {
@@ -282,7 +296,9 @@ void rule_unused(Diag *d) {
             used_elsewhere |= any;
             every_iter &= !any;
         }
-        fix_find_unused(&fx, first_count, m->n_params);
+        char caps[64];
+        bucket_caps_text(&m->ranks[r0], caps, sizeof caps);
+        fix_find_unused(&fx, first_count, m->n_params, caps);
         fix_reach_loss(&fx, m, f->params, f->n_params);
         if (some && batches_empty(m, miss, n_miss, i)) fix_skip_empty_batches(&fx);
         if (!some && every_iter && !used_elsewhere)

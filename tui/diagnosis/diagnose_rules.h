@@ -46,7 +46,12 @@ int first_of(const Diag *d, FindingKind kind, int rank);
 
 // The fixes, each worded once: append one line "<fix>: <what it does>. Cost: <cost>.\n".
 // n_params 0: the model's parameter count is not known (a log).
-void fix_find_unused(Str *fx, int n_missing, int n_params);
+// caps: the bucket layout as the trace recorded it ("1 MiB/25 MiB": bucket_caps_text), NULL when
+// not known (a log): the fix then names no sizes.
+void fix_find_unused(Str *fx, int n_missing, int n_params, const char *caps);
+// "1 MiB/25 MiB" (first bucket / the others) or "25 MiB" (one cap for all) from rank r's
+// recorded caps into out; false (out "") when the trace did not record them.
+bool bucket_caps_text(const ModelRank *r, char *out, size_t len);
 // "add 0 * pred_bboxes.sum() ..." when the parameters are box heads, else the general form.
 void fix_reach_loss(Str *fx, const Model *m, const int *params, int n);
 void fix_skip_empty_batches(Str *fx);
@@ -63,5 +68,7 @@ void rule_no_sync(Diag *d);
 void rule_uneven(Diag *d);
 void rule_layouts(Diag *d);
 void rule_find_unused(Diag *d);
+// The construction rule (diagnose_setup.c): ranks whose models differ.
+void rule_model_mismatch(Diag *d);
 
 #endif

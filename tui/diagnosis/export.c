@@ -99,8 +99,9 @@ static void rank_steps(Out *o, const ModelRank *r) {
     }
 }
 
-// Collectives on tracks 10, 11, ...: each goes to the first track free at its launch.
-static void rank_collectives(Out *o, const ModelRank *r) {
+// Collectives on tracks 10, 11, ...: each goes to the first track free at its launch; track[i]
+// (r->n_colls entries) receives collective i's track, where its GPU work nests (rank_gpu).
+static void rank_collectives(Out *o, const ModelRank *r, int *track) {
     int pid = r->rank, n_tracks = 0;
     int64_t *track_end = NULL;
     int64_t end = MAX(r->last_event_ns, r->last_heartbeat_ns);
@@ -117,6 +118,7 @@ static void rank_collectives(Out *o, const ModelRank *r) {
             meta(o, pid, 10 + k, "thread_name", name);
         }
         track_end[k] = t_end;
+        track[i] = 10 + k;
         char name[64], what[sizeof c->what], args[256];
         if (c->bucket >= 0)
             snprintf(name, sizeof name, "%s bucket %d", model_op_name(c->op), c->bucket);
@@ -136,12 +138,23 @@ static void rank_collectives(Out *o, const ModelRank *r) {
     free(track_end);
 }
 
-static void rank_gpu(Out *o, const ModelRank *r) {
+// The track of the collective g ran for when g lies inside its span (so that it nests under
+// it, as Chrome and Perfetto draw slices of one track), else -1.
+static int collective_track(const ModelRank *r, const ModelGpu *g, const int *track) {
+    const ModelCollective *c = g->coll_seq > 0 ? model_rank_coll(r, g->coll_seq) : NULL;
+    if (!c || !g->t_end_ns || !c->t_done_ns) return -1;
+    bool inside = g->t_start_ns >= c->t_launch_ns && g->t_end_ns <= c->t_done_ns;
+    return inside ? track[c - r->colls] : -1;
+}
+
+// GPU records on one track per stream, those of a collective under it (collective_track).
+static void rank_gpu(Out *o, const ModelRank *r, const int *track) {
     int pid = r->rank;
     int *streams = NULL, n_streams = 0;
     for (int i = 0; i < r->n_gpu; i++) {
         const ModelGpu *g = &r->gpu[i];
         if (!g->t_start_ns) continue;
+        int tid = collective_track(r, g, track);
         bool seen = false;
         for (int k = 0; k < n_streams && !seen; k++)
             seen = streams[k] == g->stream;
@@ -161,7 +174,7 @@ static void rank_gpu(Out *o, const ModelRank *r) {
         snprintf(args, sizeof args,
                  "\"correlation\":%lld,\"device\":%d,\"bytes\":%lld,\"collective\":%lld",
                  (long long)g->correlation, g->device, (long long)g->bytes, (long long)g->coll_seq);
-        span(o, pid, 100 + g->stream, "gpu", name, g->t_start_ns,
+        span(o, pid, tid >= 0 ? tid : 100 + g->stream, "gpu", name, g->t_start_ns,
              g->t_end_ns ? g->t_end_ns : g->t_start_ns, args);
     }
     free(streams);
@@ -187,8 +200,10 @@ int export_chrome(const Model *m, FILE *out) {
                 r, r);
         meta(&o, r, 1, "thread_name", "steps");
         rank_steps(&o, mr);
-        rank_collectives(&o, mr);
-        rank_gpu(&o, mr);
+        int *track = xcalloc((size_t)mr->n_colls + 1, sizeof *track);
+        rank_collectives(&o, mr, track);
+        rank_gpu(&o, mr, track);
+        free(track);
         if (mr->error) {
             int64_t t = mr->last_event_ns;
             instant(&o, r, 1, true, "error", t, mr->error);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/base.h" // xcalloc, MAX
+#include "tui/diagnosis/rootcause.h" // --short
 #include "tui/model/paramgroup.h" // paramgroup_ints
 
 #define WIDTH 100
@@ -174,7 +175,9 @@ void report_summary_line(FILE *out, const Finding *f, int n) {
 void report_finding_text(FILE *out, const Model *m, const Finding *f, int i) {
     const Finding *g = &f[i];
     char head[320];
-    snprintf(head, sizeof head, "[%d] %s: ", i + 1, finding_severity_name(g->severity));
+    // the first error that follows from nothing is the root cause, and the text says so
+    snprintf(head, sizeof head, "[%d] %s%s: ", i + 1, finding_severity_name(g->severity),
+             rootcause_find(f, i + 1) == i ? ", the root cause" : "");
     fputc('\n', out);
     char title[600];
     snprintf(title, sizeof title, "%s%s", head, g->title);
@@ -367,6 +370,7 @@ void report_json_findings(FILE *out, const Model *m, const Finding *f, int n) {
             fprintf(out, ",\n     \"causes\": ");
             json_lines(out, g->causes);
         }
+        fprintf(out, ",\n     \"root_cause\": %s", rootcause_find(f, i + 1) == i ? "true" : "false");
         fprintf(out, ",\n     \"follows_from\": ");
         json_int_or_null(out, g->cause + 1, g->cause >= 0);
         fprintf(out, "}");
@@ -378,26 +382,29 @@ void report_json_findings(FILE *out, const Model *m, const Finding *f, int n) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ddpdbg report DIR [--json]\n"
+            "usage: ddpdbg report DIR [--json | --short]\n"
             "diagnoses the trace directory DIR (rank<R>.db files written by ddpdbg run --trace):\n"
             "what went wrong, on which ranks, iteration, buckets, parameters and collectives,\n"
             "why, and how to fix it. --json: the same as JSON (format: tui/diagnosis/report.h).\n"
+            "--short: the root cause alone, as the TUI's first screen and a failed run show it.\n"
             "exit status: 0 healthy, 1 findings, 2 unreadable trace or bad usage\n");
 }
 
 int report_command(int argc, char **argv) {
     const char *dir = NULL;
-    bool json = false;
+    bool json = false, short_form = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
+        else if (!strcmp(argv[i], "--short"))
+            short_form = true;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(
                 stderr,
-                "ddpdbg report: unknown option '%s' (expected --json; see ddpdbg report --help)\n",
+                "ddpdbg report: unknown option '%s' (expected --json or --short; see ddpdbg report --help)\n",
                 argv[i]);
             return 2;
         } else if (dir) {
@@ -409,7 +416,7 @@ int report_command(int argc, char **argv) {
     }
     if (!dir) {
         fprintf(stderr,
-                "ddpdbg report: expected a trace directory (usage: ddpdbg report DIR [--json])\n");
+                "ddpdbg report: expected a trace directory (usage: ddpdbg report DIR [--json | --short])\n");
         return 2;
     }
     Model m;
@@ -420,11 +427,23 @@ int report_command(int argc, char **argv) {
     }
     Finding *f;
     int n = diagnose(&m, &f);
-    if (json)
+    if (json && short_form) {
+        fprintf(stderr, "ddpdbg report: --json and --short exclude each other\n");
+        findings_free(f, n);
+        model_free(&m);
+        return 2;
+    }
+    char *root = short_form ? rootcause_text(&m, f, n) : NULL;
+    if (root)
+        rootcause_print(stdout, root, 100);
+    else if (short_form) // no root cause: what there is, in one line
+        report_summary_line(stdout, f, n);
+    else if (json)
         report_json(stdout, &m, f, n);
     else
         report_text(stdout, &m, f, n);
     int status = findings_max_severity(f, n) >= SEVERITY_WARNING ? 1 : 0;
+    free(root);
     findings_free(f, n);
     model_free(&m);
     return status;

@@ -27,7 +27,11 @@
  *               "parameters" ([index]), "parameter_names" ([name]), "parameter_groups"
  *               (["pattern  N tensors"], as group_param_names writes them), "explanation"
  *               (text, paragraphs separated by "\n"), "fixes" (["<fix>: ... Cost: ..."]),
- *               "follows_from" (the id of the finding it is a consequence of, or null)} */
+ *               "root_cause" (true for the first error that follows from no other finding:
+ *               the one to fix; false otherwise),
+ *               "follows_from" (the id of the finding it is a consequence of, or null)}
+ * Findings come root causes first: errors that follow from nothing, then their consequences
+ * (one link away, then two, ...), then warnings and notes. */
 #ifndef TUI_REPORT_H
 #define TUI_REPORT_H
 

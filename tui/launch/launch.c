@@ -24,6 +24,7 @@
 
 #include "kernels/base.h" // CHECK, xcalloc, xrealloc
 #include "probe/probe.h"  // probe_drain
+#include "tui/diagnosis/rootcause.h" // report_print_root_cause: why a failed run failed
 #include "tui/views/tui.h" // tui_live
 #include "tui/launch/watchdog.h"
 #include "tui/launch/foreign.h" // rank programs other than ddpdbg-train, torchrun commands
@@ -329,7 +330,7 @@ static void default_trace_dir(const LaunchOptions *opt, char *out, size_t len) {
 
 // Drains the ring of every local rank that did not close its probe (killed, crashed): what it
 // committed goes into its database. Prints one line per drained rank.
-static void drain_rings(const char *dir, const Rank *ranks, int n) {
+static void drain_rings(const char *dir, const Rank *ranks, int n, FILE *out) {
     for (int i = 0; i < n; i++) {
         char ring[PATH_MAX + 32], db[PATH_MAX + 32], err[512];
         snprintf(ring, sizeof ring, "%s/rank%d.ring", dir, ranks[i].rank);
@@ -337,10 +338,10 @@ static void drain_rings(const char *dir, const Rank *ranks, int n) {
         if (access(ring, F_OK) != 0) continue; // closed cleanly: the probe removed it
         ProbeDrainReport rep;
         if (probe_drain(ring, db, &rep, err, sizeof err)) {
-            fprintf(stderr, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
+            fprintf(out, "ddpdbg run: rank %d's trace: %s\n", ranks[i].rank, err);
             continue;
         }
-        fprintf(stderr,
+        fprintf(out,
                 "ddpdbg run: rank %d's ring drained into %s: %llu events recovered%s\n",
                 ranks[i].rank, db, (unsigned long long)rep.inserted,
                 rep.in_flight ? " (one being written when it died was incomplete)" : "");
@@ -471,6 +472,7 @@ typedef struct Launcher {
     bool *exited;
     Watchdog *dog;
     FILE *messages; // the watchdog's summary and the launcher's own lines
+    const char *live_dir; // the live view's trace: drained as soon as the run ends
     struct pollfd *pfds;
     RankStream **polled;
     int *polled_rank;
@@ -578,6 +580,10 @@ static TuiRunState live_state(void *ctx, int *exit_status) {
         return TUI_RUN_INTERRUPTED;
     }
     if (!L->done) return TUI_RUN_GOING;
+    if (L->live_dir) { // the view's last look includes what the stopped ranks left in their rings
+        drain_rings(L->live_dir, L->ranks, L->n, L->messages);
+        L->live_dir = NULL;
+    }
     *exit_status = launcher_exit_status(L);
     return TUI_RUN_ENDED;
 }
@@ -588,6 +594,7 @@ static void live_poll(void *ctx) { launcher_step(ctx, 0); }
 // terminal the run goes on in plain mode (its output already goes to the log).
 static void run_live(Launcher *L, const char *dir, FILE *log) {
     L->messages = log;
+    L->live_dir = dir;
     TuiRun run = {.state = live_state, .poll = live_poll, .ctx = L, .linger = true};
     char err[512];
     int rc = tui_live(dir, &run, err, sizeof err);
@@ -771,7 +778,7 @@ int launch_run_command(int argc, char **argv) {
     watchdog_free(L.dog);
     free(L.exited);
     if (trace_dir[0]) {
-        drain_rings(trace_dir, ranks, n);
+        drain_rings(trace_dir, ranks, n, stderr);
         record_fates(trace_dir, ranks, n, L.first_failed);
     }
     if (L.first_failed >= 0 || L.user_signal)
@@ -780,6 +787,10 @@ int launch_run_command(int argc, char **argv) {
     if (L.hang && opt.on_hang_kill && L.first_failed < 0 && !L.user_signal && !L.spawn_failed)
         fprintf(stderr, "ddpdbg run: stopped after a hang (exit 124)\n");
     if (live) fprintf(stderr, "ddpdbg run: the ranks' output is in %s/output.log\n", trace_dir);
+    // A failed or hung run ends on why (the report's short form), after the ranks' errors, so
+    // that a CI log or a cluster job's output says it; not after the user stopped it.
+    if (trace_dir[0] && exit_status != 0 && !L.user_signal && !L.spawn_failed)
+        report_print_root_cause(trace_dir, stderr);
     free(L.polled_rank);
     free(L.polled);
     free(L.pfds);

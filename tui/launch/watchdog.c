@@ -9,6 +9,7 @@
 
 #include "kernels/base.h" // xcalloc
 #include "probe/probe.h"
+#include "probe/ring.h" // ring_read: the launches and completions the database has not stored yet
 
 struct Watchdog {
     char dir[4096];
@@ -18,7 +19,12 @@ struct Watchdog {
     double timeout_s;
     bool *straggler_said;
     bool reported;
+    int64_t *checked_since; // per rank: the phase_t_ns of the all-waiting state last checked
+                            // for a certain deadlock (checked once per such state)
 };
+
+enum { CERTAIN_AFTER_MS = 500 }; // every rank waiting this long, in collectives that cannot
+                                 // match: a certain deadlock, whatever --hang-timeout says
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -34,6 +40,7 @@ Watchdog *watchdog_new(const char *dir, const int *ranks, int n, double timeout_
     memcpy(w->ranks, ranks, sizeof(int) * (size_t)n);
     w->rings = xcalloc((size_t)n, sizeof(ProbeRing *));
     w->straggler_said = xcalloc((size_t)n, sizeof(bool));
+    w->checked_since = xcalloc((size_t)n, sizeof(int64_t));
     w->timeout_s = timeout_s;
     return w;
 }
@@ -45,6 +52,7 @@ void watchdog_free(Watchdog *w) {
     free(w->rings);
     free(w->ranks);
     free(w->straggler_said);
+    free(w->checked_since);
     free(w);
 }
 
@@ -140,9 +148,132 @@ static void rank_facts(const Watchdog *w, int rank, RankFacts *f) {
     sqlite3_close(db);
 }
 
+// ---- a certain deadlock ------------------------------------------------------------------------
+
+// The collective a waiting rank waits in: the first it launched that has not completed.
+typedef struct Pending {
+    int64_t seq; // 0: none found
+    int op, bucket;
+    int64_t numel;
+    char what[24];
+} Pending;
+
+// A launch (kind COLL_LAUNCH: c seq, a op, b bucket, d numel, text what) or a completion
+// (COLL_DONE: c seq) into the list of launched and not completed ones (at most cap).
+static void pending_apply(Pending *list, int *n, int cap, int kind, const ProbeRecord *r,
+                          const char *what) {
+    if (kind == PROBE_COLL_LAUNCH && *n < cap) {
+        Pending *p = &list[(*n)++];
+        *p = (Pending){.seq = r->c, .op = r->a, .bucket = r->b, .numel = r->d};
+        snprintf(p->what, sizeof p->what, "%s", what ? what : "");
+    } else if (kind == PROBE_COLL_DONE) {
+        for (int i = 0; i < *n; i++)
+            if (list[i].seq == r->c) {
+                list[i] = list[--*n];
+                break;
+            }
+    }
+}
+
+// Rank i's pending collective: the database's launches and completions among its last 100000
+// events (seq is its primary key: a range, no scan), then the ring's records above the tail,
+// which the writer has not stored yet (up to a second of them).
+static Pending rank_pending(const Watchdog *w, int i, const ProbeRingState *st) {
+    enum { CAP = 4096 };
+    Pending *list = xcalloc(CAP, sizeof(Pending)), best = {0};
+    int n = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank%d.db", w->dir, w->ranks[i]);
+    sqlite3 *db;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 200);
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(db,
+                               "SELECT kind, c, a, b, d, coalesce(text, '') FROM events WHERE seq > "
+                               "(SELECT coalesce(max(seq), 0) - 100000 FROM events) AND kind IN "
+                               "(?, ?) AND (kind = ? OR (flags & 1)) ORDER BY seq",
+                               -1, &q, NULL) == SQLITE_OK) {
+            sqlite3_bind_int(q, 1, PROBE_COLL_LAUNCH);
+            sqlite3_bind_int(q, 2, PROBE_COLL_DONE);
+            sqlite3_bind_int(q, 3, PROBE_COLL_LAUNCH);
+            while (sqlite3_step(q) == SQLITE_ROW) {
+                ProbeRecord r = {.c = sqlite3_column_int64(q, 1),
+                                 .a = sqlite3_column_int(q, 2),
+                                 .b = sqlite3_column_int(q, 3),
+                                 .d = sqlite3_column_int64(q, 4)};
+                pending_apply(list, &n, CAP, sqlite3_column_int(q, 0), &r,
+                              (const char *)sqlite3_column_text(q, 5));
+            }
+            sqlite3_finalize(q);
+        }
+    }
+    sqlite3_close(db);
+    TextBuf text = {0};
+    for (uint64_t seq = st->tail + 1; seq < st->head;) {
+        ProbeRecord r;
+        uint64_t span = 1;
+        RingRead got = ring_read(w->rings[i], seq, &r, &text, &span);
+        if (got == RING_READ_OK && (r.kind == PROBE_COLL_LAUNCH || r.flags & 1))
+            pending_apply(list, &n, CAP, r.kind, &r, text.data);
+        seq += got == RING_READ_OK ? span : 1;
+    }
+    textbuf_free(&text);
+    for (int k = 0; k < n; k++)
+        if (!best.seq || list[k].seq < best.seq) best = list[k];
+    free(list);
+    return best;
+}
+
+static void pending_text(const Pending *p, char *out, size_t len) {
+    static const char *ops[] = {"?", "allreduce", "broadcast", "allgather", "barrier"};
+    const char *op = p->op >= 1 && p->op <= 4 ? ops[p->op] : ops[0];
+    if (p->bucket >= 0 && !strcmp(p->what, "bucket"))
+        snprintf(out, len, "%s of bucket %d, %lld elements", op, p->bucket, (long long)p->numel);
+    else
+        snprintf(out, len, "%s of %s, %lld elements", op, p->what, (long long)p->numel);
+}
+
+// When every rank of this node waits, has for CERTAIN_AFTER_MS, and their pending collectives
+// cannot pair up (different numbers, or one number with a different op or size), writes
+// "certain deadlock: ..." into why and returns true. Checked once per such state.
+static bool certain_deadlock(Watchdog *w, const bool *exited, const ProbeRingState *st,
+                             const bool *have, int64_t now, Pending *p, char *why, size_t len) {
+    if (w->n < 2) return false;
+    bool fresh = false;
+    for (int i = 0; i < w->n; i++) {
+        if (exited[i] || !have[i] || st[i].phase != PROBE_PHASE_COLLECTIVE ||
+            now - st[i].phase_t_ns < (int64_t)CERTAIN_AFTER_MS * 1000000)
+            return false;
+        fresh |= w->checked_since[i] != st[i].phase_t_ns;
+    }
+    if (!fresh) return false;
+    for (int i = 0; i < w->n; i++)
+        w->checked_since[i] = st[i].phase_t_ns;
+    bool differ = false, known = true;
+    for (int i = 0; i < w->n; i++) {
+        p[i] = rank_pending(w, i, &st[i]);
+        known &= p[i].seq > 0;
+        differ |= i > 0 && (p[i].seq != p[0].seq || p[i].op != p[0].op ||
+                            p[i].numel != p[0].numel || strcmp(p[i].what, p[0].what));
+    }
+    if (known && differ) {
+        size_t at = (size_t)snprintf(why, len,
+                                     "certain deadlock: every rank waits, in collectives that "
+                                     "cannot match:");
+        for (int i = 0; i < w->n && at < len; i++) {
+            char a[96];
+            pending_text(&p[i], a, sizeof a);
+            at += (size_t)snprintf(why + at, len - at, "%s rank %d in #%lld (%s)", i ? "," : "",
+                                   w->ranks[i], (long long)p[i].seq, a);
+        }
+    }
+    return known && differ;
+}
+
 // The summary: one line per rank, then who waits for whom.
 static void summarise(Watchdog *w, const bool *exited, const ProbeRingState *st, const bool *have,
-                      int stuck, double waited, char *out, size_t len) {
+                      int stuck, double waited, const char *certain, const Pending *pend,
+                      char *out, size_t len) {
     size_t at = 0;
 #define ADD(...)                                                                                   \
     do {                                                                                           \
@@ -151,9 +282,12 @@ static void summarise(Watchdog *w, const bool *exited, const ProbeRingState *st,
     RankFacts *facts = xcalloc((size_t)w->n, sizeof(RankFacts));
     for (int i = 0; i < w->n; i++)
         rank_facts(w, w->ranks[i], &facts[i]);
-    ADD("hang: rank %d has waited %.1f s in collective #%lld (%s) and no rank is working\n",
-        w->ranks[stuck], waited, (long long)facts[stuck].launched_seq,
-        facts[stuck].launched_what[0] ? facts[stuck].launched_what : "?");
+    if (certain)
+        ADD("hang: %s\n", certain);
+    else
+        ADD("hang: rank %d has waited %.1f s in collective #%lld (%s) and no rank is working\n",
+            w->ranks[stuck], waited, (long long)facts[stuck].launched_seq,
+            facts[stuck].launched_what[0] ? facts[stuck].launched_what : "?");
     for (int i = 0; i < w->n; i++) {
         const RankFacts *f = &facts[i];
         ADD("  rank %d: ", w->ranks[i]);
@@ -161,6 +295,12 @@ static void summarise(Watchdog *w, const bool *exited, const ProbeRingState *st,
         else if (have[i]) {
             double in_phase = (double)(now_ns() - st[i].phase_t_ns) / 1e9;
             ADD("%s for %.1f s; ", phase_name(st[i].phase), in_phase);
+        }
+        if (pend) { // from the ring too: the database may be a second behind
+            char a[96];
+            pending_text(&pend[i], a, sizeof a);
+            ADD("pending #%lld (%s)\n", (long long)pend[i].seq, a);
+            continue;
         }
         ADD("iteration %lld, last collective launched #%lld", (long long)f->iter,
             (long long)f->launched_seq);
@@ -171,7 +311,7 @@ static void summarise(Watchdog *w, const bool *exited, const ProbeRingState *st,
                 f->not_launched[0] ? ", never launched: " : "", f->not_launched);
         ADD("\n");
     }
-    for (int i = 0; i < w->n; i++) {
+    for (int i = 0; i < w->n && !pend; i++) {
         if (exited[i] || !have[i] || st[i].phase != PROBE_PHASE_COLLECTIVE) continue;
         for (int j = 0; j < w->n; j++) {
             if (j == i || facts[j].launched_seq >= facts[i].launched_seq) continue;
@@ -183,6 +323,21 @@ static void summarise(Watchdog *w, const bool *exited, const ProbeRingState *st,
     }
 #undef ADD
     free(facts);
+}
+
+// Prints the summary and appends it as a HANG record to every rank's ring.
+static void report_hang(Watchdog *w, const bool *exited, const ProbeRingState *st, const bool *have,
+                        int stuck, double waited, const char *certain, const Pending *pend,
+                        FILE *out) {
+    char text[8192];
+    summarise(w, exited, st, have, stuck, waited, certain, pend, text, sizeof text);
+    fprintf(out, "ddpdbg run: %s", text);
+    fflush(out);
+    for (int i = 0; i < w->n; i++)
+        if (w->rings[i])
+            probe_ring_emit(w->rings[i], PROBE_HANG, 0, st[i].phase_iter, w->ranks[stuck], 0, 0, 0,
+                            text, strlen(text));
+    w->reported = true;
 }
 
 bool watchdog_poll(Watchdog *w, const bool *exited, FILE *out) {
@@ -212,24 +367,28 @@ bool watchdog_poll(Watchdog *w, const bool *exited, FILE *out) {
         }
     }
     bool hang = false;
-    if (stuck >= 0 && working >= 0 && !w->straggler_said[stuck]) {
+    char certain[1024] = "";
+    Pending *pend = xcalloc((size_t)w->n, sizeof(Pending));
+    if (working < 0 && certain_deadlock(w, exited, st, have, now, pend, certain, sizeof certain)) {
+        for (int i = 0; i < w->n; i++) { // the one that waited longest, for the record
+            double in_phase = (double)(now - st[i].phase_t_ns) / 1e9;
+            if (have[i] && !exited[i] && in_phase > waited) stuck = i, waited = in_phase;
+        }
+    }
+    if (certain[0] && stuck >= 0) {
+        report_hang(w, exited, st, have, stuck, waited, certain, pend, out);
+        hang = true;
+    } else if (stuck >= 0 && working >= 0 && !w->straggler_said[stuck]) {
         w->straggler_said[stuck] = true;
         fprintf(out,
                 "ddpdbg run: rank %d has waited %.1f s in a collective while rank %d is still in "
                 "%s: a straggler (not a hang while it works)\n",
                 w->ranks[stuck], waited, w->ranks[working], phase_name(st[working].phase));
     } else if (stuck >= 0 && working < 0) {
-        char text[8192];
-        summarise(w, exited, st, have, stuck, waited, text, sizeof text);
-        fprintf(out, "ddpdbg run: %s", text);
-        fflush(out);
-        for (int i = 0; i < w->n; i++)
-            if (w->rings[i])
-                probe_ring_emit(w->rings[i], PROBE_HANG, 0, st[i].phase_iter, w->ranks[stuck], 0,
-                                0, 0, text, strlen(text));
-        w->reported = true;
+        report_hang(w, exited, st, have, stuck, waited, NULL, NULL, out);
         hang = true;
     }
+    free(pend);
     free(st);
     free(have);
     return hang;

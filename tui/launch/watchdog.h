@@ -2,7 +2,12 @@
  * ring header (probe/probe.h) and, for the summary, its trace database. A hang is a rank
  * that has waited in a collective for longer than the timeout while no other rank of this
  * node is still working (each one waits in a collective too, or has exited). A rank waiting
- * while another still computes is a straggler: said once, not a hang. On a hang the watchdog
+ * while another still computes is a straggler: said once, not a hang. A certain deadlock is
+ * named without waiting for the timeout: when every rank of this node has waited 0.5 s and
+ * their pending collectives (the first launched and not completed, from the database and the
+ * ring's not yet stored records) cannot pair up -- different sequence numbers, or one number
+ * with a different op or size -- its summary starts "hang: certain deadlock: ...". Waits in
+ * the same collective everywhere may still be a slow transfer: they keep the timeout. On a hang the watchdog
  * prints a summary (per rank: iteration, phase, last collective launched and completed, the
  * buckets not launched; who waits for whom) and appends it as a HANG record to every rank's
  * ring, so that it lands in each rank<R>.db. */

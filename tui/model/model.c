@@ -61,6 +61,12 @@ static void read_meta(ModelRank *r, sqlite3 *db, int *world) {
             r->overruns = atoll(v);
         else if (!strcmp(k, "exit"))
             snprintf(r->exit, sizeof r->exit, "%s", v);
+        else if (!strcmp(k, "source"))
+            r->snapshot = !strcmp(v, "flight_recorder");
+        else if (!strcmp(k, "bucket_cap_bytes"))
+            r->bucket_cap_bytes = atoll(v);
+        else if (!strcmp(k, "first_bucket_bytes"))
+            r->first_bucket_bytes = atoll(v);
         else if (!strcmp(k, "failed_first"))
             r->failed_first = !strcmp(v, "1");
     }

@@ -112,6 +112,10 @@ typedef struct ModelRank {
                              // ("exitcode 1", "signal 15 (SIGTERM, sent by ddpdbg)"); "" if not
     bool failed_first;       // meta failed_first: the launcher saw this rank fail first
     int64_t overruns;        // meta overruns: events the rank's ring dropped (trace incomplete)
+    bool snapshot;           // meta source=flight_recorder (ddpdbg import-fr): the trace is what
+                             // a dump held when it was taken; the rank issues nothing after it
+    int64_t bucket_cap_bytes, first_bucket_bytes; // meta: the reducer's bucket caps; 0 when
+                                                  // the trace did not record them
     int64_t pending_seq;     // in any state: the first collective launched and never completed
                              // (0: none); where a dead rank was when it stopped
     int hang_rank;           // from the HANG record: the rank the watchdog found stuck; -1: none

@@ -226,13 +226,14 @@ static void unfinished(Diag *d, const ExplainLog *log, const LogError *e0, const
                  all ? "" : "; less likely here, since then every rank would raise, not only some");
     // Fixes, with what each costs (the diagnosis' texts).
     if (e0->variant != VARIANT_FIND_UNUSED && !stat)
-        fix_find_unused(&fx, MAX(p->n, 1), log->n_params_model);
+        fix_find_unused(&fx, MAX(p->n, 1), log->n_params_model, NULL); // a log holds no caps
     if (stat)
         str_addf(&fx, "static_graph=False with find_unused_parameters=True: DDP then searches the "
                       "graph every iteration instead of expecting the first one's. Cost: one graph "
                       "traversal and one bitmap allreduce per iteration.\n");
     fix_reach_loss(&fx, &log->m, p->params, p->n);
-    if ((boxes || empty) && !all) fix_skip_empty_batches(&fx);
+    // only when the log shows the empty batch: box-head names alone do not establish it
+    if (empty && !all) fix_skip_empty_batches(&fx);
     if (!all && !stat && n_waiting) fix_static_graph(&fx, "on other ranks in the same iteration");
     finish(f, &ex, &ca, &fx);
     free(waiting);

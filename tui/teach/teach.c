@@ -231,8 +231,8 @@ void teach_describe(const Teach *t, const Model *m, int i, char *buf, size_t n) 
     const TeachEvent *e = &t->ev[i];
     const char *kind = probe_kind_name(e->kind);
     char at[16];
-    int len = snprintf(buf, n, "r%d it%lld +%s %-13s ", e->rank, (long long)e->iter,
-                       facts_fmt_offset(e->t_ns - m->t0_ns, m->t1_ns - m->t0_ns, at, sizeof at),
+    int len = snprintf(buf, n, "r%d it%lld %s %-13s ", e->rank, (long long)e->iter,
+                       facts_fmt_at(e->t_ns - m->t0_ns, m->t1_ns - m->t0_ns, at, sizeof at),
                        kind ? kind : "?");
     size_t rest = n - (size_t)MIN(MAX(len, 0), (int)n - 1);
     char *p = buf + (n - rest);

@@ -153,11 +153,12 @@ int64_t facts_first_divergence(const Model *m, int64_t t_ns, char *why, size_t n
         const ModelRank *rk = &m->ranks[r];
         if (rk->present && rk->n_colls) max_seq = MAX(max_seq, rk->colls[rk->n_colls - 1].seq);
     }
-    // a rank that has stopped issuing is the only one whose missing collective means anything
+    // a rank that has stopped issuing is the only one whose missing collective means anything;
+    // an imported Flight Recorder dump is a snapshot: none of its ranks issues anything more
     bool stopped[m->world > 0 ? m->world : 1];
     for (int r = 0; r < m->world; r++) {
         RankNow now = facts_rank_now(m, r, t_ns);
-        stopped[r] = !now.missing && now.state != RANK_RUNNING;
+        stopped[r] = !now.missing && (now.state != RANK_RUNNING || m->ranks[r].snapshot);
     }
     int cursor[m->world > 0 ? m->world
                             : 1]; // per rank: index of the first collective with seq >= s
@@ -191,8 +192,22 @@ int64_t facts_first_divergence(const Model *m, int64_t t_ns, char *why, size_t n
             if (!has) {
                 char a[96];
                 describe(ref, a, sizeof a);
-                if (why)
-                    snprintf(why, n, "rank %d never issued %s, which rank %d did", r, a, ref_rank);
+                if (why) { // and who waits for whom: the ranks still in it
+                    int waiting[m->world > 0 ? m->world : 1], n_waiting = 0;
+                    for (int o = 0; o < m->world; o++) {
+                        RankNow on = facts_rank_now(m, o, t_ns);
+                        if (o != r && on.state == RANK_WAITING && on.wait_seq == s)
+                            waiting[n_waiting++] = o;
+                    }
+                    char who[64];
+                    if (n_waiting) {
+                        facts_fmt_ranks(waiting, n_waiting, who, sizeof who);
+                        snprintf(why, n, "rank %d never issued %s; %s %s wait%s in it", r, a,
+                                 n_waiting == 1 ? "rank" : "ranks", who, n_waiting == 1 ? "s" : "");
+                    } else
+                        snprintf(why, n, "rank %d never issued %s, which rank %d did", r, a,
+                                 ref_rank);
+                }
                 return s;
             }
         }
@@ -223,6 +238,14 @@ char *facts_fmt_offset(int64_t ns, int64_t span_ns, char *buf, size_t n) {
         snprintf(buf, n, "%.1fs", s);
     else
         facts_fmt_age(ns, buf, n);
+    return buf;
+}
+
+char *facts_fmt_at(int64_t ns, int64_t span_ns, char *buf, size_t n) {
+    char mag[24];
+    facts_fmt_offset(ns < 0 ? -ns : ns, span_ns, mag, sizeof mag);
+    bool zero = strspn(mag, "0.") == strcspn(mag, "smh"); // only zeros before the unit
+    snprintf(buf, n, "%c%s", ns < 0 && !zero ? '-' : '+', mag);
     return buf;
 }
 

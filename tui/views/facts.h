@@ -69,6 +69,10 @@ char *facts_fmt_age(int64_t ns, char *buf, size_t n);
 // A time offset with the precision a span of span_ns needs: "0.312s" (span under 2 s),
 // "4.71s" (under 20 s), "47.1s", then as facts_fmt_age.
 char *facts_fmt_offset(int64_t ns, int64_t span_ns, char *buf, size_t n);
+// The same with its sign, for a moment relative to the trace's start: "+0.312s", "-0.002s"
+// (events recorded before the first iteration, such as the initial bucket layout); a value
+// that rounds to zero is "+0.000s".
+char *facts_fmt_at(int64_t ns, int64_t span_ns, char *buf, size_t n);
 char *facts_fmt_count(int64_t v, char *buf, size_t n);
 char *facts_fmt_ranks(const int *ranks, int count, char *buf, size_t n);
 // The first line (up to the first '\n' or ". ") of an error text, at most n - 1 bytes.

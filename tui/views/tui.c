@@ -12,6 +12,7 @@
 
 #include "kernels/base.h" // xcalloc, xmalloc, xstrdup, MIN, MAX
 #include "tui/diagnosis/diagnose.h" // diagnose: the Diagnosis view's findings
+#include "tui/diagnosis/rootcause.h" // rootcause_text: the first screen when there is one
 #include "tui/model/model.h"
 #include "tui/views/screen.h"
 #include "tui/teach/teach.h"
@@ -20,7 +21,8 @@
 enum {
     FRAME_MS = 50,      // getch's timeout: a frame at least every 50 ms
     REFRESH_MS = 200,   // live: model_refresh this often (5 times a second)
-    DIAGNOSE_MS = 1000, // live: the diagnosis again this often
+    DIAGNOSE_MS = 500,  // live: the diagnosis again this often (the root cause is on screen
+                        // within the probe's 1 s commit + a refresh + this of being recorded)
     GONE_AFTER = 50,    // getch failing at once this many times in a row: the terminal is gone
 };
 
@@ -34,6 +36,7 @@ typedef struct Session {
     Finding *findings;
     int n_findings;
     UiFinding *ui_findings;
+    char *root_cause; // rootcause_text of the findings, NULL when none
 } Session;
 
 static int64_t realtime_ns(void) {
@@ -70,6 +73,9 @@ static void findings_clear(Session *s) {
     free(s->ui_findings);
     findings_free(s->findings, s->n_findings);
     s->findings = NULL, s->ui_findings = NULL, s->n_findings = 0;
+    s->ui.root_cause = NULL;
+    free(s->root_cause);
+    s->root_cause = NULL;
 }
 
 static void findings_update(Session *s) {
@@ -94,6 +100,8 @@ static void findings_update(Session *s) {
     }
     s->ui.findings = s->ui_findings;
     s->ui.n_findings = s->n_findings;
+    s->root_cause = rootcause_text(&s->model, s->findings, s->n_findings);
+    ui_set_root_cause(&s->ui, s->root_cause);
 }
 
 static void session_free(Session *s) {
@@ -244,6 +252,7 @@ static void draw_waiting(Screen *scr, const char *dir, const char *why) {
 static int loop(Session *s, const char *dir, const TuiRun *run) {
     bool live = run != NULL, ended = !live;
     int64_t last_refresh = 0, last_diagnose = 0, last_tick = monotonic_ms();
+    bool diagnose_due = true; // the next frame diagnoses first (the run's end: once more)
     int fast_errors = 0;
     char why[512] = "no rank database yet";
     for (;;) {
@@ -261,7 +270,7 @@ static int loop(Session *s, const char *dir, const TuiRun *run) {
                 snprintf(s->ui.run_status, sizeof s->ui.run_status,
                          "run ended: exit status %d; q leaves", status);
                 s->ui.live = false;
-                last_diagnose = 0;
+                diagnose_due = true;
             }
         }
         if (live && !s->loaded && now - last_refresh >= REFRESH_MS) {
@@ -280,8 +289,8 @@ static int loop(Session *s, const char *dir, const TuiRun *run) {
             else
                 snprintf(s->ui.message, sizeof s->ui.message, "%s", why);
         }
-        if (s->loaded && now - last_diagnose >= (ended ? 1 << 30 : DIAGNOSE_MS)) {
-            last_diagnose = now;
+        if (s->loaded && (diagnose_due || (!ended && now - last_diagnose >= DIAGNOSE_MS))) {
+            last_diagnose = now, diagnose_due = false;
             findings_update(s);
         }
 

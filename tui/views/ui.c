@@ -215,7 +215,29 @@ static void move(Ui *ui, const Model *m, int dy, int dx) {
     }
 }
 
+void ui_set_root_cause(Ui *ui, const char *text) {
+    ui->root_cause = text;
+    if (!text || ui->root_cause_seen) return;
+    ui->root_cause_seen = true;
+    if (ui->teach_mode) return;
+    if (ui->view_chosen) {
+        snprintf(ui->message, sizeof ui->message, "root cause found: 6 shows it");
+        return;
+    }
+    set_view(ui, VIEW_DIAGNOSIS);
+    ui->cur[VIEW_DIAGNOSIS].top = 0;
+}
+
+static UiAction key_action(Ui *ui, const Model *m, int key);
+
 UiAction ui_key(Ui *ui, const Model *m, int key) {
+    ViewId before = ui->view;
+    UiAction a = key_action(ui, m, key);
+    if (ui->view != before) ui->view_chosen = true;
+    return a;
+}
+
+static UiAction key_action(Ui *ui, const Model *m, int key) {
     ui->message[0] = 0;
     if (ui->searching) return search_key(ui, key);
     if (ui->help) { // any key closes the help; q still quits
@@ -352,8 +374,8 @@ static void draw_header(Screen *s, const Layout *l, const Model *m, const Ui *ui
     char right[160], when[32] = "at the end", span[16];
     int64_t t = ui_time(ui, m);
     if (t != INT64_MAX)
-        snprintf(when, sizeof when, "at +%s",
-                 facts_fmt_offset(t - m->t0_ns, m->t1_ns - m->t0_ns, span, sizeof span));
+        snprintf(when, sizeof when, "at %s",
+                 facts_fmt_at(t - m->t0_ns, m->t1_ns - m->t0_ns, span, sizeof span));
     else if (ui->live)
         snprintf(when, sizeof when, ui->paused ? "PAUSED" : "LIVE");
     snprintf(right, sizeof right, " iter %lld of %lld..%lld  %s ", (long long)ui->iter,

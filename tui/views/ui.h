@@ -85,6 +85,11 @@ typedef struct Ui {
     UiCursor cur[VIEW_COUNT];
     const UiFinding *findings; // Diagnosis: from the engine, NULL when it is not linked
     int n_findings;
+    const char *root_cause; // Diagnosis, on top: the short form of the root cause
+                            // (tui/diagnosis/rootcause.h), NULL while there is none
+    bool root_cause_seen;   // a root cause was set once: the view went to it (ui_set_root_cause)
+    bool view_chosen;       // the user switched views: a root cause appearing later stays
+                            // where the user is (the status line says so)
     Teach *teach;        // teaching: the replay (NULL otherwise)
     char run_status[96]; // live: "running", "run ended: exit status 1"
     char message[160];   // a one-line notice on the status line, cleared by the next key
@@ -100,6 +105,11 @@ void ui_init(Ui *ui, const Model *m, bool live, Teach *teach);
 // iteration to the newest, or to an older one some rank never finished (selecting, once, the
 // rank that holds the others up), so that a hang shows where it is stuck.
 void ui_model_changed(Ui *ui, const Model *m);
+// The root cause's short form (owned by the caller, valid until the next call; NULL: none).
+// The first time there is one the frame opens on it -- the Diagnosis view, scrolled to the top
+// -- unless the user has switched views already (then the status line says "6: root cause")
+// or the teaching mode is on.
+void ui_set_root_cause(Ui *ui, const char *text);
 // Applies one key (a UiKey or printable ASCII).
 UiAction ui_key(Ui *ui, const Model *m, int key);
 // Time passing (teaching: playback). Returns true when the frame changed.

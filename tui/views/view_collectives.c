@@ -77,6 +77,19 @@ static void colls_side(Screen *s, Rect side, const Model *m, const Ui *ui, int64
     }
 }
 
+// The first sequence number any rank recorded: the rows start there (a trace's first
+// collective is #2 when the probe started after the construction's allgather, and a Flight
+// Recorder import starts wherever PyTorch's ring did). 1 when nothing was recorded.
+static int64_t first_seq(const Model *m) {
+    int64_t lo = 0;
+    for (int rank = 0; rank < m->world; rank++) {
+        const ModelRank *rk = &m->ranks[rank];
+        for (int i = 0; rk->present && i < rk->n_colls; i++)
+            if (rk->colls[i].seq > 0 && (!lo || rk->colls[i].seq < lo)) lo = rk->colls[i].seq;
+    }
+    return lo ? lo : 1;
+}
+
 void view_collectives(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     Rect r = lay->main;
     int64_t t = ui_time(ui, m);
@@ -95,13 +108,15 @@ void view_collectives(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     if (div)
         r = view_context(s, r, "first divergence at #%lld: %s", (long long)div, why);
     else
-        r = view_context(s, r, "no divergence: every rank issued the same %lld collectives",
-                         (long long)max_seq);
+        r = view_context(s, r, "no divergence: every rank issued the same collectives, #%lld to #%lld",
+                         (long long)first_seq(m), (long long)max_seq);
+    int64_t base = first_seq(m); // row i shows #base + i
+    int n_rows = max_seq >= base ? (int)(max_seq - base + 1) : 0;
     bool first_frame = c->n == 0 && c->page == 0;
-    view_clamp(c, (int)max_seq, r.h - 1);
+    view_clamp(c, n_rows, r.h - 1);
     if (first_frame && div) {
-        c->sel = (int)div - 1;
-        view_clamp(c, (int)max_seq, r.h - 1);
+        c->sel = (int)(div - base);
+        view_clamp(c, n_rows, r.h - 1);
     }
     int fit = MAX((r.w - SEQ_W) / COLL_CELL_W, 1);
     c->col = MIN(MAX(c->col, 0), MAX(m->world - fit, 0));
@@ -110,8 +125,8 @@ void view_collectives(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
         rect_printf(s, r, 0, SEQ_W + k * COLL_CELL_W, ST_BOLD, "rank %d%s", c->col + k,
                     k == 0 && c->col > 0 ? "  (h: more)" : "");
     if (c->col + fit < m->world) rect_put_right(s, r, 0, ST_DIM, "(l: more) ");
-    for (int i = 0; i < r.h - 1 && c->top + i < max_seq; i++) {
-        int64_t seq = c->top + i + 1;
+    for (int i = 0; i < r.h - 1 && c->top + i < n_rows; i++) {
+        int64_t seq = base + c->top + i;
         int row = i + 1;
         int64_t iter = 0;
         bool have_iter = false;
@@ -136,11 +151,11 @@ void view_collectives(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
         if (c->top + i == c->sel) screen_restyle(s, r.y + row, r.x, r.w, ST_SELECT);
     }
     if (!max_seq) rect_put(s, r, 1, 2, ST_DIM, "no collective recorded yet");
-    if (!rect_empty(lay->side) && max_seq) colls_side(s, lay->side, m, ui, c->sel + 1, t);
+    if (!rect_empty(lay->side) && max_seq) colls_side(s, lay->side, m, ui, base + c->sel, t);
 }
 
 void view_collectives_enter(Ui *ui, const Model *m) {
-    int64_t seq = ui->cur[VIEW_COLLECTIVES].sel + 1;
+    int64_t seq = first_seq(m) + ui->cur[VIEW_COLLECTIVES].sel;
     for (int rank = 0; rank < m->world; rank++) {
         const ModelCollective *c = m->ranks[rank].present ? model_rank_coll(&m->ranks[rank], seq) : NULL;
         if (!c || c->bucket < 0) continue;

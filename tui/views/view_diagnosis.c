@@ -70,10 +70,41 @@ static int facts_only(Screen *s, Rect r, int y, const Model *m, const Ui *ui) {
     return y;
 }
 
+// The root cause's short form (rootcause.h's lines): each line at its indent, wrapped within
+// it; a grouped-names line ("<pattern>  N tensors") kept on one row (cut with ".." when the
+// screen is narrower). The title in red, the names highlighted, the fix in green.
+static int root_card(Screen *s, Rect r, int y, const char *text) {
+    char line[1024];
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)MIN(len, sizeof line - 1), p);
+        p += len + (p[len] == '\n');
+        int indent = MIN((int)strspn(line, " "), MAX(r.w - 8, 0));
+        const char *body = line + strspn(line, " ");
+        Rect in = rect_make(r.y, r.x + indent, r.h, r.w - indent);
+        bool title = !strncmp(body, "root cause", 10), group = strstr(body, " tensor") && indent >= 6;
+        Style st = title                            ? ST_BAD
+                   : group                          ? ST_ACCENT
+                   : !strncmp(body, "fix:", 4)       ? ST_OK
+                   : !strncmp(body, "follows from", 12) ? ST_DIM
+                                                    : ST_NORMAL;
+        if (group) {
+            if (y >= 0 && y < r.h) rect_put_fit(s, in, y, 0, in.w, st, body);
+            y++;
+        } else
+            y += rect_wrap(s, in, y, 0, st, body);
+    }
+    return y + 1;
+}
+
 void view_diagnosis(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     Rect r = lay->main;
     UiCursor *c = &ui->cur[VIEW_DIAGNOSIS];
     int y = -c->top;
+    if (ui->root_cause) {
+        y = root_card(s, r, y, ui->root_cause);
+        y = block(s, r, y, ST_DIM, "All findings, root cause first (j/k scroll):", NULL) - 1;
+    }
     if (!ui->findings)
         y = facts_only(s, r, y, m, ui);
     else if (!ui->n_findings)

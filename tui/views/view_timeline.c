@@ -1,7 +1,7 @@
 /* view_timeline.c -- the Timeline view: per rank two rows over time, compute (F forward,
  * B backward, o optimizer step; blank: data loading, waiting) and communication (= allreduce,
- * ~ other collectives, in flight until completed; ! where a collective never completed, X where
- * the rank errored), with the time cursor as a column of '|'. + and - zoom around the window's
+ * ~ other collectives, in flight until completed; # where a collective's GPU kernel ran, from
+ * CUPTI; ! where a collective never completed, X where the rank errored), with the time cursor as a column of '|'. + and - zoom around the window's
  * centre, h and l pan, j and k scroll through the ranks. */
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +64,12 @@ static void draw_rank(Screen *s, Rect plot, int row, const Axis *a, const Model 
             paint(s, plot, row + 1, a, c->t_launch_ns, c->t_launch_ns, '!', ST_BAD);
         }
     }
+    for (int i = 0; i < rk->n_gpu; i++) { // kernels under their collective
+        const ModelGpu *g = &rk->gpu[i];
+        if (g->kind == PROBE_GPU_KERNEL && g->coll_seq > 0 && g->t_start_ns)
+            paint(s, plot, row + 1, a, g->t_start_ns, g->t_end_ns ? g->t_end_ns : end, '#',
+                  ST_COMM);
+    }
     if (rk->state == RANK_ERRORED)
         paint(s, plot, row, a, rk->last_event_ns, rk->last_event_ns, 'X', ST_BAD);
 }
@@ -78,12 +84,12 @@ void view_timeline(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     a.cols = MAX(r.w - LABEL_W, 1);
     char lo[16], hi[16], span[16];
     int64_t w = a.hi - a.lo;
-    facts_fmt_offset(a.lo - m->t0_ns, w, lo, sizeof lo),
-        facts_fmt_offset(a.hi - m->t0_ns, w, hi, sizeof hi);
+    facts_fmt_at(a.lo - m->t0_ns, w, lo, sizeof lo), facts_fmt_at(a.hi - m->t0_ns, w, hi, sizeof hi);
     facts_fmt_offset(w, w, span, sizeof span);
     r = view_context(
         s, r,
-        "+%s .. +%s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other ! never done X error",
+        "%s .. %s (%s, zoom %.0fx)  F fwd B bwd o optim = allreduce ~ other # its GPU kernel "
+        "! never done X error",
         lo, hi, span, (double)whole / (double)(a.hi - a.lo));
     int per_page = MAX((r.h - 1) / 2, 1);
     if (m->world > per_page) per_page = MAX((r.h - 2) / 2, 1); // and a line saying which ranks
@@ -94,7 +100,7 @@ void view_timeline(Screen *s, const Layout *lay, const Model *m, Ui *ui) {
     for (int col = 0; col + 8 <= a.cols; col += 16) {
         char tick[16];
         int64_t t = a.lo + (int64_t)((double)col / a.cols * (double)(a.hi - a.lo));
-        snprintf(tick, sizeof tick, "|+%s", facts_fmt_offset(t - m->t0_ns, w, span, sizeof span));
+        snprintf(tick, sizeof tick, "|%s", facts_fmt_at(t - m->t0_ns, w, span, sizeof span));
         rect_put(s, rect_make(r.y, r.x + LABEL_W, 1, a.cols), 0, col, ST_DIM, tick);
     }
     int64_t end = ui_time(ui, m) == INT64_MAX ? (ui->live ? MAX(ui->now_ns, m->t1_ns) : m->t1_ns)
