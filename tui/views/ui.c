@@ -220,10 +220,7 @@ void ui_set_root_cause(Ui *ui, const char *text) {
     if (!text || ui->root_cause_seen) return;
     ui->root_cause_seen = true;
     if (ui->teach_mode) return;
-    if (ui->view_chosen) {
-        snprintf(ui->message, sizeof ui->message, "root cause found: 6 shows it");
-        return;
-    }
+    if (ui->view_chosen) return; // the status line says "6: root cause"
     set_view(ui, VIEW_DIAGNOSIS);
     ui->cur[VIEW_DIAGNOSIS].top = 0;
 }
@@ -232,8 +229,11 @@ static UiAction key_action(Ui *ui, const Model *m, int key);
 
 UiAction ui_key(Ui *ui, const Model *m, int key) {
     ViewId before = ui->view;
+    bool choosing = !ui->searching && !ui->help &&
+                    ((key >= '1' && key <= '7') || key == UI_KEY_TAB || key == UI_KEY_BTAB);
     UiAction a = key_action(ui, m, key);
-    if (ui->view != before) ui->view_chosen = true;
+    // a key that picks a view is a choice even when it picks the one on screen
+    if (ui->view != before || choosing) ui->view_chosen = true;
     return a;
 }
 
@@ -464,6 +464,8 @@ static void draw_status(Screen *s, const Layout *l, const Ui *ui) {
         snprintf(buf, sizeof buf, " %s ", right);
         rc = rect_put_right(s, st, 0, ui->message[0] ? ST_ACCENT : ST_TAB, buf);
     }
+    if (ui->root_cause && ui->view != VIEW_DIAGNOSIS) // the user is elsewhere: where it is
+        rc = rect_put_right(s, rect_make(st.y, st.x, 1, MAX(rc, 0)), 0, ST_ACCENT, " 6: root cause ");
     char left[256];
     snprintf(left, sizeof left, " q quit  ? help  Tab view  [ ] iter  < > time  %s%s%s",
              view_hint(ui->view), ui->search[0] ? "  filter: " : "", ui->search);

@@ -107,8 +107,9 @@ void ui_init(Ui *ui, const Model *m, bool live, Teach *teach);
 void ui_model_changed(Ui *ui, const Model *m);
 // The root cause's short form (owned by the caller, valid until the next call; NULL: none).
 // The first time there is one the frame opens on it -- the Diagnosis view, scrolled to the top
-// -- unless the user has switched views already (then the status line says "6: root cause")
-// or the teaching mode is on.
+// -- unless the user has chosen a view already (any view key) or the teaching mode is on.
+// Whenever a root cause is set and another view is on screen, the status line says
+// "6: root cause" (left of the run's status).
 void ui_set_root_cause(Ui *ui, const char *text);
 // Applies one key (a UiKey or printable ASCII).
 UiAction ui_key(Ui *ui, const Model *m, int key);
