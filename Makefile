@@ -183,6 +183,9 @@ $(BUILD)/tui/launch/foreign.o: CPPFLAGS += -DDDPDBG_PYTHON_DIR='"$(abspath pytho
   -DDDPDBG_PROBE_LIB='"$(abspath $(PROBE_SO))"'
 $(BIN)/ddpdbg: | $(PROBE_SO)
 $(BUILD)/tests/test_torchrun_args: $(call obj,tui/launch/torchrun_args.c)
+# test_probe_abi dlopens the shared library, as Python's ctypes does.
+$(BUILD)/tests/test_probe_abi.o: CPPFLAGS += -DPROBE_SO_PATH='"$(abspath $(PROBE_SO))"'
+$(BUILD)/tests/test_probe_abi: | $(PROBE_SO)
 # The views' render test and benchmark build Models by hand; they link the model's accessors.
 $(BUILD)/tests/test_tui_render $(BUILD)/tests/bench_tui: $(call obj,tui/model/model_fold.c)
 $(BUILD)/tests/test_watchdog: $(call obj,tui/launch/watchdog.c)

@@ -69,7 +69,9 @@ class State:
         if not dist.is_available() or not dist.is_initialized():
             return False
         self.opened = True
-        rank = int(os.environ.get("RANK", dist.get_rank()))
+        # the default group's rank, not $RANK: processes that torch.multiprocessing.spawn starts
+        # share their parent's environment
+        rank = dist.get_rank()
         self.probe = P.Probe.open(self.lib_path, self.trace_dir, rank)
         if self.probe is None:
             return False

@@ -326,7 +326,7 @@ class DdpTracker:
             S.fill_gap(self.pg, S.seq_now(self.pg))
         self.probe.event(P.FORWARD_END, S.it)
         self.expect_backward = True
-        static_first = bool(ddp.static_graph) and ddp.num_iterations == 1
+        static_first = bool(ddp.static_graph) and getattr(ddp, "num_iterations", 0) == 1
         self.marking = self.sync and not static_first
         self.unused = []
         if self.marking and ddp.find_unused_parameters and not ddp.static_graph:

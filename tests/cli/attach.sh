@@ -162,6 +162,50 @@ run_case builtin healthy --iters 2 --comm-hook builtin
 check "builtin comm hook: exit 0, one line per rank" [ $rc -eq 0 ] && [ "$(grep -c "^\[rank[01]\]:ddpdbg: register_builtin_comm_hook(.*) installs a C++ hook ddpdbg cannot observe" "$tmp/builtin.out")" = 2 ]
 check "builtin comm hook: the hooks are traced all the same" [ "$(q "$tmp/builtin/rank1.db" "SELECT count(*) FROM events WHERE kind = 8")" = 24 ]
 
+# ---- the NCCL poller (python/ddpdbg/nccl_poller.py) with stand-in works: a completion is
+# recorded once the work says it completed, in any order, failed ones with their exception; it
+# runs on a GPU in tests/gpu/check.sh (attach-nccl) --------------------------------------------
+PYTHONPATH=$root/python "$py" - <<'PY' >"$tmp/poller.out" 2>&1
+import threading, time
+from ddpdbg.nccl_poller import NcclPoller
+
+class Work:
+    def __init__(self): self.finished, self.error = False, None
+    def is_completed(self): return self.finished
+    def exception(self): return self.error
+
+class State:
+    def __init__(self): self.done_calls, self.lock = [], threading.Lock()
+    def done(self, it, seq, op, bucket, numel, what, exc=None):
+        with self.lock: self.done_calls.append((seq, None if exc is None else str(exc)))
+    def fail(self, what, e): raise SystemExit("poller failed: %s %r" % (what, e))
+
+def until(pred):  # the poller's thread gets the CPU when the machine's load lets it
+    for _ in range(2000):
+        if pred(): return True
+        time.sleep(0.01)
+    return False
+
+S = State()
+poller = NcclPoller(S)
+works = [Work() for _ in range(3)]
+for k, w in enumerate(works):
+    poller.add(w, 0, 10 + k, 1, k, 100, "bucket")
+time.sleep(0.05)
+assert S.done_calls == [], S.done_calls  # nothing completed: nothing recorded
+works[1].finished = True
+assert until(lambda: S.done_calls), "no completion recorded"
+time.sleep(0.05)
+assert S.done_calls == [(11, None)], S.done_calls
+works[2].error, works[2].finished = RuntimeError("NCCL error: unhandled system error"), True
+works[0].finished = True
+assert until(lambda: len(S.done_calls) == 3), S.done_calls
+poller.stop()
+assert sorted(S.done_calls) == [(10, None), (11, None), (12, "NCCL error: unhandled system error")], S.done_calls
+print("poller ok")
+PY
+check "the NCCL poller records each completion once, failures with their text" grep -qx "poller ok" "$tmp/poller.out"
+
 # ---- bad input: one line, the job untouched ---------------------------------------------------
 lib=$(sed -n "s/^export DDPDBG_PROBE_LIB='\(.*\)'$/\1/p" <("$ddpdbg" env --trace x))
 check "ddpdbg env names the probe library, which exists ($lib)" [ -f "$lib" ]
@@ -169,6 +213,13 @@ DDPDBG_TRACE_DIR=$tmp/nodist DDPDBG_PROBE_LIB=$lib PYTHONPATH=$root/python "$py"
     >"$tmp/nodist.out" 2>&1
 check "no init_process_group: PyTorch's own error, exit 1" [ $? -eq 1 ] && grep -q "Default process group has not been initialized" "$tmp/nodist.out"
 check "no init_process_group: our one line" [ "$(grep -c "^ddpdbg: DistributedDataParallel is built before torch.distributed is initialised" "$tmp/nodist.out")" = 1 ]
+mkdir -p "$tmp/oldtorch/torch/distributed" # a stand-in torch 1.12, found before the real one
+echo '__version__ = "1.12.1"' >"$tmp/oldtorch/torch/__init__.py"
+echo 'def is_available(): return True' >"$tmp/oldtorch/torch/distributed/__init__.py"
+DDPDBG_TRACE_DIR=$tmp/old DDPDBG_PROBE_LIB=$lib PYTHONPATH=$root/python:$tmp/oldtorch \
+    "$py" -c 'import torch; print("job ran with torch", torch.__version__)' >"$tmp/old.out" 2>&1
+check "torch older than 1.13: the job runs, with one line" [ "$(cat "$tmp/old.out")" = "ddpdbg: torch 1.12.1 is older than 1.13, which the attach needs; this job runs untraced
+job ran with torch 1.12.1" ]
 timeout 30 "$ddpdbg" run --no-tui --trace "$tmp/notpy" -- /bin/echo hello >"$tmp/notpy.out" 2>&1
 check "a program that is not Python: it runs (exit 0)" [ $? -eq 0 ] && grep -qx "\[rank0\]:hello" "$tmp/notpy.out"
 check "... with one line saying its ranks run untraced" grep -qx "ddpdbg run: /bin/echo is not a Python program: its ranks run untraced (ddpdbg traces PyTorch jobs and ddpdbg-train)" "$tmp/notpy.out"

@@ -33,12 +33,13 @@ check() {
     "$@" || { echo "FAIL: $what"; echo "--- screen:"; cat "$tmp/screen"; fail=1; }
 }
 
-tm new-session -d -s live -x 100 -y 30 \
+tm new-session -d -s live -x 160 -y 40 \
     "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 12000)) --trace $tmp/t -- $py $root/tests/pytorch/scenario.py nogt; echo EXIT=\$? >$tmp/rc; sleep 60"
 check "the live view starts" wait_for "1 Ranks" 60
 check "the banner names rank 0's error and the bucket that never launched" \
     wait_for "ERROR  rank 0 at iter 2: bucket 0 of iter 1 never launched" 60
-check "the Ranks view: rank 0 errored" grep -q "^   0  errored" "$tmp/screen"
+tm send-keys -t live 1 # the first screen is the root cause; 1 is the Ranks view
+check "the Ranks view: rank 0 errored" wait_for "^   0  errored" 10
 tm send-keys -t live 3
 check "the Parameters view: the box head grouped" wait_for "box_head.{0,2}.{weight,bias}" 10
 check "the view stays on the final state" wait_for "run ended: exit status 1" 30

@@ -284,27 +284,31 @@ cupti_overhead() {
     echo "result: rtdetr-l 320 px batch 8, 2 NCCL ranks, 3 iterations: untraced ${plain} s, traced ${traced} s ($(echo "$plain $traced" | awk '{printf "%+.1f %%", ($2 - $1) * 100 / $1}'), start-up included)"
 }
 # attach_run BACKEND: the two runs of the attach step; python3 is this machine's (torch 2.x).
-# --dry: on the CPU (no --device), with the python that imports torch here (Debian's 1.13).
+# In the dry mode: gloo on the CPU, with the python that imports torch and the CPU build's probe.
 attach_run() {
-    local backend=$1 hostid='' t="$work/attach-$1" device=--device=cuda python3=python3
+    local backend=$1 hostid= t="$work/attach-$1" device=cuda py=python3 c
     [ "$backend" = nccl ] && hostid=--nccl-hostid
-    export DDPDBG_PROBE_LIB=$kit/lib/probe/libddpdbg_probe.so DDPDBG_PYTHON_DIR=$PWD/python
     if [ "$DRY" = 1 ]; then
-        device='' DDPDBG_PROBE_LIB=$(realpath "$kit/tests/../lib/libddpdbg_probe.so")
-        for python3 in /usr/bin/python3 python3; do "$python3" -c 'import torch.distributed' 2>/dev/null && break; done
-        python3() { command "$python3" "$@"; }
+        device=cpu py=
+        for c in /usr/bin/python3 python3; do
+            "$c" -c 'import torch.distributed' 2>/dev/null && { py=$c; break; }
+        done
+        [ -n "$py" ] || { echo "no python3 imports torch"; return 1; }
     fi
-    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- "$python3" \
-        tests/pytorch/scenario.py healthy $device --backend "$backend" $hostid --checksum || return 1
-    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- "$python3" \
-        tests/pytorch/scenario.py nogt $device --backend "$backend" $hostid
+    local lib=$kit/lib/probe/libddpdbg_probe.so
+    [ -f "$lib" ] || lib=$("$ddpdbg" env --trace x | sed -n "s/^export DDPDBG_PROBE_LIB='\(.*\)'$/\1/p")
+    export DDPDBG_PROBE_LIB=$lib DDPDBG_PYTHON_DIR=$PWD/python
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-healthy" -- "$py" \
+        tests/pytorch/scenario.py healthy --device $device --backend "$backend" $hostid --checksum || return 1
+    "$ddpdbg" run --nproc-per-node 2 --no-tui --hang-timeout 30 --trace "$t-nogt" -- "$py" \
+        tests/pytorch/scenario.py nogt --device $device --backend "$backend" $hostid
     echo "ddpdbg run exited $? (rank 0's error is expected)"
     "$ddpdbg" report "$t-nogt" --json >"$t-nogt.json"
     "$ddpdbg" report "$t-nogt" | head -30
     grep -q '"kind": "unused_some_ranks"' "$t-nogt.json" &&
         tr -d '\n' <"$t-nogt.json" | grep -q '"ranks": \[0\], "iteration": 1, "bucket": 0,[^]]*"parameters": \[8, 9, 10, 11\]' ||
         { echo "the field report's finding is missing"; return 1; }
-    python3 - "$t-healthy" <<'PY' || return 1
+    "$py" - "$t-healthy" <<'PY' || return 1
 import sqlite3, sys
 for r in (0, 1):
     db = sqlite3.connect("%s/rank%d.db" % (sys.argv[1], r))
@@ -317,7 +321,7 @@ for r in (0, 1):
     if launched == 0 or done != launched or hooks != 4 * 12:
         sys.exit(1)
 PY
-    echo "result: $backend: healthy run's $(python3 -c 'import torch; print(torch.__version__)') bucket allreduces all completed; field report names parameters 8..11"
+    echo "result: $backend on $device, torch $("$py" -c 'import torch; print(torch.__version__)'): the healthy run's bucket allreduces all completed; the field report names parameters 8..11"
 }
 export -f attach_run # step runs each function in a bash of its own
 attach_gloo() { attach_run gloo; }
@@ -370,7 +374,7 @@ step field-report 150 field_report
 tar -C "$work" -czf "$out/field-trace.tar.gz" field-trace 2>/dev/null
 gpu_step nccl 120 nccl_run
 tar -C "$work" -czf "$out/nccl-trace.tar.gz" nccl-trace 2>/dev/null
-step attach-gloo 120 attach_gloo # --dry too: on the CPU
+step attach-gloo 120 attach_gloo # the dry mode runs it on the CPU
 gpu_step attach-nccl 120 attach_nccl
 gpu_step bench-ours 150 bench_ours
 gpu_step bench-pytorch 120 bench_pytorch
