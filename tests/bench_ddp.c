@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "kernels/base.h"
+#include "tests/bench_stats.h"
 #include "tests/ddp_harness.h"
 #include "trainer/nn/loss.h"
 #include "trainer/optim/adamw.h"
@@ -35,25 +36,6 @@ static double seconds(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now(void) {
-    return seconds(CLOCK_MONOTONIC);
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-// Median of v[0..n) (sorts a copy); 0 for n == 0.
-static double median(const double *v, int n) {
-    if (n == 0) return 0;
-    double *c = xmalloc(sizeof(double) * (size_t)n);
-    memcpy(c, v, sizeof(double) * (size_t)n);
-    qsort(c, (size_t)n, sizeof(double), by_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
 }
 
 // ---- what the ranks write back (shared memory, mapped before the fork) ----------------------
@@ -108,7 +90,7 @@ typedef struct Clock {
 
 static void clock_arm(Clock *c) {
     c->armed = true;
-    c->prev = now();
+    c->prev = bench_now();
     c->last_hook = 0;
     c->n_launched = 0;
 }
@@ -117,7 +99,7 @@ static void observe(void *user, const ReducerEvent *e) {
     Clock *c = user;
     if (e->kind == REDUCER_EV_LAYOUT && e->rebuilt) c->rebuilt = true;
     if (!c->armed) return;
-    double t = now();
+    double t = bench_now();
     const Reducer *r = &c->ddp->reducer;
     for (int b = 0; b < c->n_launched; b++)
         if (!c->complete[b] && r->buckets[b].work && pg_work_test(r->buckets[b].work)) {
@@ -231,13 +213,13 @@ static int rank_body(RankCtx *ctx) {
     for (int it = 0; it < n_steps; it++) {
         if (it == WARMUP) {
             cpu0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
-            wall0 = now();
+            wall0 = bench_now();
         }
         if (it == WARMUP + s->timed) {
             s->out->cpu[ctx->rank] = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
-            s->out->wall[ctx->rank] = now() - wall0;
+            s->out->wall[ctx->rank] = bench_now() - wall0;
         }
-        double t0 = now();
+        double t0 = bench_now();
         tape_reset(&t);
         t.training = true;
         t.grad_enabled = true;
@@ -245,22 +227,22 @@ static int rank_body(RankCtx *ctx) {
             fprintf(stderr, "bench_ddp: rank %d step %d: %s\n", ctx->rank, it, ddp_error(&d));
             return 1;
         }
-        double t1 = now();
+        double t1 = bench_now();
         uint64_t seed = 1000 * (uint64_t)(ctx->rank + 1) + (uint64_t)it;
         Tensor *loss = rtdetr_loss(&m, &t, in.images, &in.tg, seed, NULL);
         if (s->ddp) ddp_post_forward(&d, &loss, 1);
         clock_arm(&clock);
-        double t2 = now();
+        double t2 = bench_now();
         if (tape_backward(&t, loss, NULL)) {
             fprintf(stderr, "bench_ddp: rank %d step %d: backward: %s\n", ctx->rank, it,
                     s->ddp ? ddp_error(&d) : "failed");
             return 1;
         }
-        double t3 = now();
+        double t3 = bench_now();
         clock.armed = false;
         optim_step(&opt);
         optim_zero_grad(&opt, true);
-        double t4 = now();
+        double t4 = bench_now();
 
         int k = it - WARMUP;
         if (k < 0 || k >= s->timed) continue;
@@ -289,7 +271,7 @@ static int rank_body(RankCtx *ctx) {
     }
     if (s->cooldown == 0) {
         s->out->cpu[ctx->rank] = seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
-        s->out->wall[ctx->rank] = now() - wall0;
+        s->out->wall[ctx->rank] = bench_now() - wall0;
     }
     if (s->ddp) ddp_free(&d);
     optim_free(&opt);
@@ -352,7 +334,7 @@ static double block_median(Block *const *blocks, int n, int world, int timed, in
         }
     }
     if (n_samples) *n_samples = m;
-    return median(v, m);
+    return bench_median(v, m);
 }
 
 static void print_comm(Block *const *blocks, int n, int timed, const char *name) {
@@ -386,7 +368,7 @@ static void print_layout(Block *const *blocks, int n, int timed, const char *nam
                     v[m++] = blocks[i]->s[r][k].bucket_comm[b];
         printf("    %6d  %6d  %8lld  %7.2f  %7.1f\n", b, first->bucket_vars[b],
                (long long)first->bucket_numel[b], 4.0 * (double)first->bucket_numel[b] / MIB,
-               1e3 * median(v, m));
+               1e3 * bench_median(v, m));
     }
 }
 
@@ -479,7 +461,7 @@ static void print_load(const char *when) {
 }
 
 int main(void) {
-    double t_start = now();
+    double t_start = bench_now();
     Study tiny = {.model = "rtdetr-tiny.yaml",
                   .imgsz = 128,
                   .batch = 2,
@@ -529,16 +511,16 @@ int main(void) {
     bool ok = true;
     for (int i = 0; i < 2; i++) {
         Study *st = studies[i];
-        double t0 = now();
+        double t0 = bench_now();
         printf("\n%s, %d px, batch %d per rank: %d rounds x %d timed steps per block\n", st->model,
                st->imgsz, st->batch, st->rounds, st->timed);
         fflush(stdout);
         ok = study_run(st) && ok;
         study_print(st);
-        printf("(%s: %.0f s)\n", st->model, now() - t0);
+        printf("(%s: %.0f s)\n", st->model, bench_now() - t0);
     }
     print_load("at the end");
-    printf("\nbench_ddp: %.0f s\n", now() - t_start);
+    printf("\nbench_ddp: %.0f s\n", bench_now() - t_start);
     munmap(mem, sizeof(Block) * (size_t)n_blocks);
     return ok ? 0 : 1;
 }

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "kernels/base.h"
+#include "tests/bench_stats.h"
 #include "trainer/nn/cdn.h"
 #include "trainer/nn/loss.h"
 #include "trainer/nn/rtdetr.h"
@@ -39,17 +40,6 @@
 #define BATCH 2
 #define SIZE 320
 #define THREADS 2
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 // ---- families ----
 enum { F_CONV, F_GEMM, F_DEFORM, F_NORM, F_ELEM, F_LOSS, F_OPTIM, F_N };
@@ -100,9 +90,9 @@ static int n_infos;
 static void timed_backward(Tape *t, Node *n) {
     TimedInfo *ti = (TimedInfo *)n->info;
     n->info = ti->orig;
-    double t0 = now();
+    double t0 = bench_now();
     ti->orig->backward(t, n);
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     bwd_secs[ti->family] += dt;
     ti->secs += dt;
     n->info = &ti->wrap;
@@ -165,13 +155,13 @@ static StepTimes run_step(Bench *b, bool profile) {
     RtdetrDnHook hook = cdn_hook(&h);
     RtdetrOutput o;
     if (profile) sampling(t);
-    double t0 = now();
+    double t0 = bench_now();
     rtdetr_forward(&b->m, t, img, &hook, &o);
-    double t1 = now();
+    double t1 = bench_now();
     st.n_fwd_nodes = t->n_nodes;
     LossConfig cfg = loss_config_default(a->nc);
     Tensor *loss = loss_criterion(t, &cfg, &o, h.active ? &h.group : NULL, &b->tg, NULL, NULL);
-    double t2 = now();
+    double t2 = bench_now();
     if (profile) sampling(NULL);
     st.fwd = t1 - t0;
     st.loss = t2 - t1;
@@ -189,15 +179,15 @@ static StepTimes run_step(Bench *b, bool profile) {
             n->info = &infos[k].wrap;
         }
     }
-    double t3 = now();
+    double t3 = bench_now();
     CHECK(tape_backward(t, loss, NULL) == 0, "backward failed");
-    double t4 = now();
+    double t4 = bench_now();
     clip_grad_norm(b->m.reg.params, b->m.reg.n_params, 10.0);
     optim_step(&b->opt);
     optim_zero_grad(&b->opt, true);
     ema_update(&b->ema, &b->m.reg);
     st.bwd = t4 - t3;
-    st.optim = now() - t4;
+    st.optim = bench_now() - t4;
     return st;
 }
 
@@ -208,9 +198,9 @@ static double gemm_rate(KernelCtx *kc, const Backend *be) {
     for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 17) * 0.01f;
     double best = 1e30;
     for (int r = 0; r < 6; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         be->gemm(kc, false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (r > 0 && dt < best) best = dt;
     }
     free(a);
@@ -267,7 +257,7 @@ int main(void) {
                st.fwd + st.loss, st.bwd, st.optim);
         fflush(stdout);
     }
-    qsort(step, STEPS, sizeof(double), by_double);
+    qsort(step, STEPS, sizeof(double), bench_by_double);
     printf("median step %.3f s\n", step[STEPS / 2]);
 
     memset(bwd_secs, 0, sizeof bwd_secs);

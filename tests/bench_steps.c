@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kernels/base.h"
+#include "tests/bench_stats.h"
 #include "trainer/data/synth.h"
 #include "trainer/train.h"
 
@@ -35,33 +36,6 @@ typedef struct StepLog {
     int n;
 } StepLog;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-// The q-quantile of v[0..n) by nearest rank (numpy's 'higher' for p90 of 30: the 27th).
-static double quantile(const double *v, int n, double q) {
-    double *c = xmalloc(sizeof(double) * (size_t)n);
-    memcpy(c, v, sizeof(double) * (size_t)n);
-    qsort(c, (size_t)n, sizeof(double), by_double);
-    double r;
-    if (q == 0.5)
-        r = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    else {
-        int k = (int)(q * (double)n + 0.999999) - 1;
-        r = c[k < 0 ? 0 : k >= n ? n - 1 : k];
-    }
-    free(c);
-    return r;
-}
-
 static double cpu_seconds(const struct rusage *ru) {
     return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
            1e-6 * (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec);
@@ -71,7 +45,7 @@ static void on_step(void *user, int64_t ni, const LossItems *items) {
     (void)ni;
     (void)items;
     StepLog *s = user;
-    double t = now();
+    double t = bench_now();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int k = s->n_seen - WARMUP; // the step that ended now began at the previous on_step
@@ -145,15 +119,15 @@ int main(void) {
     c.on_step = on_step;
     c.on_epoch = on_epoch;
     c.user = s;
-    s->t_last = now();
+    s->t_last = bench_now();
     int rc = train_run(&c, err, sizeof err);
     if (rc) fprintf(stderr, "bench_steps: %s\n", err);
     fclose(devnull);
 
     if (s->n > 0) {
-        double med = quantile(s->secs, s->n, 0.5), p90 = quantile(s->secs, s->n, 0.9);
-        double mx = quantile(s->secs, s->n, 1.0);
-        double cmed = quantile(s->cpu, s->n, 0.5), cp90 = quantile(s->cpu, s->n, 0.9);
+        double med = bench_quantile(s->secs, s->n, 0.5), p90 = bench_quantile(s->secs, s->n, 0.9);
+        double mx = bench_quantile(s->secs, s->n, 1.0);
+        double cmed = bench_quantile(s->cpu, s->n, 0.5), cp90 = bench_quantile(s->cpu, s->n, 0.9);
         long flt = 0;
         for (int i = 0; i < s->n; i++) flt += s->minflt[i];
         struct rusage ru;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "kernels/base.h"
+#include "tests/bench_stats.h"
 #include "tests/ddp_harness.h"
 #include "trainer/data/synth.h"
 #include "trainer/train.h"
@@ -50,27 +51,6 @@ typedef struct OursBlock {
     double steps[MAX_STEPS];
 } OursBlock;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int by_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-    if (n == 0) return 0;
-    double *c = xmalloc(sizeof(double) * (size_t)n);
-    memcpy(c, v, sizeof(double) * (size_t)n);
-    qsort(c, (size_t)n, sizeof(double), by_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
-
 static int env_int(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
     int x = v ? atoi(v) : dflt;
@@ -90,7 +70,7 @@ static void on_step(void *user, int64_t ni, const LossItems *items) {
     (void)ni;
     (void)items;
     OursBlock *b = user;
-    double t = now();
+    double t = bench_now();
     int k = b->seen - WARMUP; // the step that ended now began at the previous on_step
     if (k >= 0) b->steps[b->n++] = t - b->t_last;
     b->t_last = t;
@@ -128,7 +108,7 @@ static int run_ours(const TrainConfig *base, int ranks, int steps, Side *s, int 
             TrainConfig c = *base;
             c.user = &b[r];
             char err[1024];
-            b[r].t_last = now();
+            b[r].t_last = bench_now();
             int rc = train_run(&c, err, sizeof err);
             fprintf(stderr, "bench_torch: ours (rank %d) stopped before %d steps: %s\n", r, steps,
                     rc ? err : "");
@@ -147,7 +127,7 @@ static int run_ours(const TrainConfig *base, int ranks, int steps, Side *s, int 
     if (rc == 0) {
         memcpy(s->steps + s->n, b[0].steps, sizeof(double) * (size_t)steps);
         s->n += steps;
-        s->round_median[round] = median(b[0].steps, steps);
+        s->round_median[round] = bench_median(b[0].steps, steps);
     }
     munmap(b, sizeof *b * (size_t)ranks);
     return rc;
@@ -189,7 +169,7 @@ static int run_torch(const char *model, int imgsz, int batch, int threads, int r
     }
     memcpy(s->steps + s->n, got, sizeof(double) * (size_t)n);
     s->n += n;
-    s->round_median[round] = median(got, n);
+    s->round_median[round] = bench_median(got, n);
     if (rss_mb / 1024.0 > s->peak_rss_gb) s->peak_rss_gb = rss_mb / 1024.0; // MiB -> GiB
     return 0;
 }
@@ -279,7 +259,7 @@ int main(void) {
                ours->round_median[r] / torch->round_median[r], load);
     }
     if (rc == 0) {
-        double mo = median(ours->steps, ours->n), mt = median(torch->steps, torch->n);
+        double mo = bench_median(ours->steps, ours->n), mt = bench_median(torch->steps, torch->n);
         double ratios[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) ratios[r] = ours->round_median[r] / torch->round_median[r];
         printf("bench_torch: ours    median %.3f s a step (%d steps), peak RSS %.2f GB\n", mo,
@@ -288,7 +268,7 @@ int main(void) {
                torch->n, torch->peak_rss_gb);
         printf("bench_torch: ratio ours / PyTorch: %.2f (medians); per round: median %.2f "
                "(goal <= %.2f); memory %.2f\n",
-               mo / mt, median(ratios, rounds), ranks > 1 ? 0.5 : 0.35,
+               mo / mt, bench_median(ratios, rounds), ranks > 1 ? 0.5 : 0.35,
                ours->peak_rss_gb / torch->peak_rss_gb);
     }
     fclose(c.log);
