@@ -36,7 +36,7 @@ typedef struct TrainTrace {
 } TrainTrace;
 
 // Opens the probe in dir (NULL or "": off) for rank. gpu: also record CUPTI's GPU activity
-// (the NCCL backend). argv: the train arguments, recorded as metadata with the world size,
+// (a run on a CUDA device). argv: the train arguments, recorded as metadata with the world size,
 // pid, host and the build's revision.
 void trace_open(TrainTrace *t, const char *dir, int rank, int world, bool gpu, int argc,
                 char **argv);

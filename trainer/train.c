@@ -236,8 +236,10 @@ static int setup_dist(Run *r, char *err, size_t errlen) {
                      c->faults[k].rank, r->world, r->world - 1);
             return -1;
         }
-    bool nccl = !strcmp(c->backend, "nccl");
-    trace_open(&r->trace, c->trace_dir, r->rank, r->world, nccl && r->world > 1, c->argc, c->argv);
+    // CUPTI records the GPU activity of every run on a CUDA device (kernels and copies; under
+    // NCCL also its kernels, tied to their collectives), whatever the backend and world size
+    trace_open(&r->trace, c->trace_dir, r->rank, r->world, r->device.dev == DEV_CUDA, c->argc,
+               c->argv);
     if (r->world == 1) return 0;
     // PyTorch's timeout= (its default per backend: pg_default_timeout_ms). memory: the
     // device's, whose buckets NCCL reduces in place and Gloo stages (the kernels run on the

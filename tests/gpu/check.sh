@@ -233,7 +233,7 @@ field_report() {
         grep -q 'never marked 43 parameters ready' "$work/report.json" || return 1
     echo "result: the trace says rank 0 never marked 43 parameters ready (unused on some ranks)"
 }
-nccl_run() { # traced: CUPTI records the GPU (a 2-rank NCCL run is what turns it on)
+nccl_run() { # traced: CUPTI records the GPU (every traced run on a CUDA device turns it on)
     "$ddpdbg" run --nproc-per-node 2 --no-tui --trace "$work/nccl-trace" -- train $tiny $GPU \
         backend=nccl $NCCL_OPT out="$work/nccl-run" >"$work/nccl.log" 2>&1
     local rc=$?
