@@ -42,7 +42,8 @@ bool augment_mosaic_on(const AugmentConfig *cfg, int epoch, int epochs);
 // s x s (s = im->w = im->h); it is replaced by the result, s x s. *boxes (malloc'd or NULL,
 // *n of them, normalised cx cy w h): idx's boxes, replaced by the sample's (malloc'd; fewer
 // when the crop or the filter drops some, more with a mosaic). Mosaic's three partners are
-// loaded from ds and stretched the same way. Returns 0, or -1 with a partner's load error.
+// loaded from ds and stretched the same way. Returns 0, or -1 with a partner's load error
+// (im and *boxes then unchanged: still the caller's to free).
 int augment_sample(const AugmentConfig *cfg, const Dataset *ds, Image *im, Box **boxes, int *n,
                    Rng *rng, char *err, size_t errlen);
 

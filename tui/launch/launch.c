@@ -646,10 +646,15 @@ int launch_run_command(int argc, char **argv) {
     const char *train_override = getenv("DDPDBG_TRAIN");
     bool foreign = !(train_override && *train_override) &&
                    !foreign_is_trainer_command(opt.train_argv[0]);
+    char **torchrun_argv = NULL; // a rewritten torchrun command's argv (ours to free)
     if (foreign) {
         TorchrunArgs tr;
         int r = foreign_program(&opt.train_argc, &opt.train_argv, program, sizeof program, &tr);
-        if (r == 2 || (r == 1 && apply_torchrun(&opt, &tr))) return 2;
+        if (r == 1) torchrun_argv = tr.argv;
+        if (r == 2 || (r == 1 && apply_torchrun(&opt, &tr))) {
+            free(torchrun_argv);
+            return 2;
+        }
     } else if (launch_rank_program(program, sizeof program))
         return 2;
     char token[33];
@@ -662,6 +667,7 @@ int launch_run_command(int argc, char **argv) {
         if (e) {
             fprintf(stderr, "ddpdbg run: --trace %s: cannot create it: %s\n", trace_dir,
                     strerror(e));
+            free(torchrun_argv);
             return 2;
         }
         setenv("DDPDBG_TRACE_DIR", trace_dir, 1); // every rank inherits it
@@ -795,5 +801,6 @@ int launch_run_command(int argc, char **argv) {
     free(L.polled);
     free(L.pfds);
     free(ranks);
+    free(torchrun_argv);
     return exit_status;
 }
