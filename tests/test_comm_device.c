@@ -98,20 +98,32 @@ static void poke(float *device, const float *in, int64_t n) {
 
 // ---- ranks -------------------------------------------------------------------------------------
 
-static int run_ranks(int world, int timeout_ms, void (*body)(ProcessGroup *, Store *)) {
+static PgMemory backend_memory;
+
+// Forks world ranks that each open a store and a Gloo group and run body. on_backend: the
+// group's memory is the trainer's fake device backend (pg_memory_of_backend), else this
+// file's own fake device.
+static int run_ranks(int world, int timeout_ms, bool on_backend,
+                     void (*body)(ProcessGroup *, Store *)) {
     int port = harness_free_port();
     pid_t pids[8];
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
             signal(SIGPIPE, SIG_IGN); // comm.h: a dead peer must be an error, not a signal
-            device_open();
+            const PgMemory *m = &fake_memory;
+            if (on_backend) {
+                m = pg_memory_of_backend(backend_need(DEV_FAKE), -1, NULL, &backend_memory);
+                EXPECT(m && !strcmp(m->name, "fake") && !m->cuda, "the fake backend's memory");
+            } else {
+                device_open();
+            }
             char err[512];
             Store *s = store_open("127.0.0.1", port, r == 0, world, TOKEN, TIMEOUT_MS, err,
                                   sizeof err);
             EXPECT(s, "rank %d store: %s", r, err);
-            if (s) {
-                PgOptions o = {.timeout_ms = timeout_ms, .memory = &fake_memory};
+            if (s && m) {
+                PgOptions o = {.timeout_ms = timeout_ms, .memory = m};
                 ProcessGroup *pg = pg_open("gloo", s, r, world, &o, err, sizeof err);
                 EXPECT(pg, "rank %d group: %s", r, err);
                 if (pg) body(pg, s);
@@ -229,7 +241,6 @@ static void peer_dies(ProcessGroup *pg, Store *s) {
 
 // The trainer's own fake device (kernels/cpu/backend_fake.c) through pg_memory_of_backend:
 // the copies are the backend's, a stray host access faults there too.
-static PgMemory backend_memory;
 static void backend_collectives(ProcessGroup *pg, Store *s) {
     (void)s;
     const Backend *b = backend_need(DEV_FAKE);
@@ -252,37 +263,6 @@ static void backend_collectives(ProcessGroup *pg, Store *s) {
            host[3]);
     b->free(data);
     pg_free(pg);
-}
-
-static int run_backend_ranks(int world) {
-    int port = harness_free_port();
-    pid_t pids[8];
-    for (int r = 0; r < world; r++)
-        if ((pids[r] = fork()) == 0) {
-            signal(SIGPIPE, SIG_IGN);
-            char err[512];
-            Store *s = store_open("127.0.0.1", port, r == 0, world, TOKEN, TIMEOUT_MS, err,
-                                  sizeof err);
-            EXPECT(s, "rank %d store: %s", r, err);
-            const PgMemory *m = pg_memory_of_backend(backend_need(DEV_FAKE), -1, NULL,
-                                                     &backend_memory);
-            EXPECT(m && !strcmp(m->name, "fake") && !m->cuda, "the fake backend's memory");
-            PgOptions o = {.timeout_ms = TIMEOUT_MS, .memory = m};
-            ProcessGroup *pg = s ? pg_open("gloo", s, r, world, &o, err, sizeof err) : NULL;
-            EXPECT(pg, "rank %d group: %s", r, err);
-            if (pg) backend_collectives(pg, s);
-            store_close(s);
-            fflush(stdout);
-            _exit(expect_failures ? 1 : 0);
-        }
-    int failed = 0;
-    for (int r = 0; r < world; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (WIFSIGNALED(status)) fprintf(stderr, "rank %d: signal %d\n", r, WTERMSIG(status));
-        failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
-    return failed;
 }
 
 // ---- without peers -------------------------------------------------------------------------------
@@ -365,10 +345,11 @@ static void share_id_after_store_wait(void) {
 }
 
 int main(void) {
-    EXPECT(run_ranks(2, TIMEOUT_MS, collectives) == 0, "2 ranks");
-    EXPECT(run_ranks(3, TIMEOUT_MS, collectives) == 0, "3 ranks");
-    EXPECT(run_ranks(2, 3000, peer_dies) == 0, "a peer dies");
-    EXPECT(run_backend_ranks(3) == 0, "3 ranks on the trainer's fake device backend");
+    EXPECT(run_ranks(2, TIMEOUT_MS, false, collectives) == 0, "2 ranks");
+    EXPECT(run_ranks(3, TIMEOUT_MS, false, collectives) == 0, "3 ranks");
+    EXPECT(run_ranks(2, 3000, false, peer_dies) == 0, "a peer dies");
+    EXPECT(run_ranks(3, TIMEOUT_MS, true, backend_collectives) == 0,
+           "3 ranks on the trainer's fake device backend");
     PgMemory unused;
     EXPECT(!pg_memory_of_backend(backend_need(DEV_CPU), 0, NULL, &unused),
            "the CPU's tensors are host arrays");
