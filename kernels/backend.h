@@ -88,7 +88,7 @@ typedef struct Backend {
     // Unary activations, fwd: out[i] = f(inp[i]); bwd: dinp[i] += f'(.) * dout[i]. Every
     // pointer (n). The bwd kernels read the forward's input, except sigmoid_bwd and exp_bwd,
     // which read its output (as PyTorch's formulas do). bwd kernels ACCUMULATE.
-    // relu: max(x, 0); gradient where x > 0.
+    // relu: max(x, 0); gradient where x > 0. out may be inp (relu_, in place).
     void (*relu_fwd)(KernelCtx *kc, float *out, const float *inp, int64_t n);
     void (*relu_bwd)(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
     // silu: x * sigmoid(x).

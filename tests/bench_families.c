@@ -136,6 +136,8 @@ typedef struct Bench {
 typedef struct StepTimes {
     double fwd, loss, bwd, optim; // loss: 0 unless profiled (then fwd excludes it)
     int64_t n_fwd_nodes;          // nodes of the model's forward; the loss's follow
+    size_t arena_at_loss;         // the step arena's data half once the loss is computed
+    double out_bytes[F_N];        // then: bytes of the recorded outputs that own their data
 } StepTimes;
 
 static StepTimes run_step(Bench *b, bool profile) {
@@ -162,6 +164,13 @@ static StepTimes run_step(Bench *b, bool profile) {
     LossConfig cfg = loss_config_default(a->nc);
     Tensor *loss = loss_criterion(t, &cfg, &o, h.active ? &h.group : NULL, &b->tg, NULL, NULL);
     double t2 = bench_now();
+    st.arena_at_loss = t->arena->data.used;
+    for (int64_t i = 0; i < t->n_nodes; i++) {
+        const Node *n = t->nodes[i];
+        int fam = i >= st.n_fwd_nodes ? F_LOSS : family_of_op(n->info->name);
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k]->owns_data) st.out_bytes[fam] += 4.0 * (double)n->out[k]->n;
+    }
     if (profile) sampling(NULL);
     st.fwd = t1 - t0;
     st.loss = t2 - t1;
@@ -219,6 +228,7 @@ int main(void) {
     be->set_threads(THREADS);
     arena_init(&b.arena, DEV_CPU, 0);
     tape_init(&b.t, &b.arena, THREADS);
+    b.t.release_activations = true; // as the training loop
     b.images = xmalloc(sizeof(float) * BATCH * 3 * SIZE * SIZE);
     Rng r;
     rng_init(&r, 1);
@@ -325,6 +335,16 @@ int main(void) {
     printf("  step arena at its peak: data %.0f (activations, their gradients, loss tensors), "
            "host %.0f (headers, nodes); reserved %.0f\n", mb(step_data), mb(step_host),
            mb((double)(b.arena.data.reserved + b.arena.host.reserved)));
+    double outs = 0;
+    for (int f = 0; f < F_N; f++) outs += st.out_bytes[f];
+    printf("    at the loss (what backward reads): %.0f, of it op outputs %.0f:", mb((double)st.arena_at_loss),
+           mb(outs));
+    for (int f = 0; f < F_N; f++)
+        if (st.out_bytes[f] > 0) printf(" %s %.0f", family_name[f], mb(st.out_bytes[f]));
+    printf("; the rest %.0f (saved contexts: attention weights, masks, indices)\n",
+           mb((double)st.arena_at_loss - outs));
+    printf("    added by backward: %.0f (gradients no released buffer of their size could take)\n",
+           mb(step_data - (double)st.arena_at_loss));
     printf("  DDP buckets: none (one process)\n");
     printf("  peak RSS %.0f; not in the above %.0f (libraries, im2col scratch, the allocator)\n",
            mb(rss), mb(rss - params_arena - adam - ema - step_data - step_host));

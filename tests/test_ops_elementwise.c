@@ -66,6 +66,31 @@ static void expect_unary(const char *name, UnaryFn fn, int64_t n, const float *i
     gc_tape_free(&f);
 }
 
+// relu_ (in place on a fresh output, as conv blocks use it) against relu: the same values and
+// the same gradient bit for bit, with no buffer of its own.
+static void test_relu_in_place(void) {
+    const int64_t n = 1 << 16;       // over PAR_MIN: the threaded loop reads and writes one buffer
+    float *vals[2], *grads[2];       // [relu, relu_]
+    for (int in_place = 0; in_place < 2; in_place++) {
+        GcTape f;
+        Tape *t = gc_tape_init(&f, 2);
+        Tensor *x = tensor_leaf(&leaves, 1, (int64_t[]){n});
+        away_from_zero(x, 7, 0.01f, 2.0f);
+        Tensor *pre = op_scale(t, x, 1.5f); // a fresh output whose backward reads no data
+        Tensor *y = in_place ? op_relu_(t, pre) : op_relu(t, pre);
+        if (in_place) EXPECT(y->data == pre->data && !y->owns_data, "relu_ allocated a buffer");
+        vals[in_place] = tensor_host_copy(y);
+        const float *g = grad_of_sum(t, op_mul(t, y, y), x); // d/dx sum(relu(1.5x)^2)
+        grads[in_place] = xmalloc(sizeof(float) * (size_t)n);
+        memcpy(grads[in_place], g, sizeof(float) * (size_t)n);
+        gc_tape_free(&f);
+    }
+    EXPECT(!memcmp(vals[0], vals[1], sizeof(float) * (size_t)n), "relu_ values differ from relu's");
+    EXPECT(!memcmp(grads[0], grads[1], sizeof(float) * (size_t)n),
+           "relu_ gradient differs from relu's");
+    for (int k = 0; k < 2; k++) free(vals[k]), free(grads[k]);
+}
+
 static Tensor *pow3(Tape *t, Tensor *x) {
     return op_pow_scalar(t, x, 3.0f);
 }
@@ -679,6 +704,7 @@ static void test_softmax(void) {
 int main(void) {
     arena_init(&leaves, DEV_CPU, 1 << 24);
     test_unary_values();
+    test_relu_in_place();
     test_clamp_nan();
     test_activation_range();
     test_unary_grads();

@@ -1,7 +1,7 @@
 /* test_ops_layout.c -- the layout and indexing ops (trainer/ops/layout.c, index.c): forward
  * values against index arithmetic written here, finite-difference gradients of every op,
- * the kernels' tiled and threaded paths on RT-DETR-sized shapes, reshape/detach sharing
- * memory, and the hook order of a concat of four parameters (PyTorch's, torch 1.13). */
+ * the kernels' tiled and threaded paths on RT-DETR-sized shapes, reshape sharing memory and
+ * detach copying it, and the hook order of a concat of four parameters (PyTorch's, torch 1.13). */
 #include "tests/expect.h"
 #include "tests/gradcheck.h"
 #include "trainer/ops/ops.h"
@@ -77,9 +77,12 @@ static void test_detach(void) {
     env_init(&e, 1);
     Tensor *x = leaf(e.tape.arena, 2, (int64_t[]){2, 3}, 1);
     Tensor *d = op_detach(&e.tape, x);
-    EXPECT(d->data == x->data && !d->requires_grad && d->grad_fn == NULL && e.tape.n_nodes == 0,
-           "detach: shares %d, requires_grad %d, nodes %lld", d->data == x->data,
-           d->requires_grad, (long long)e.tape.n_nodes);
+    // a copy of its own (layout.c: its data outlives a release of x's)
+    EXPECT(d->data != x->data, "detach shares x's data");
+    EXPECT(!memcmp(d->data, x->data, sizeof(float) * 6), "detach: values differ from x's");
+    EXPECT(!d->requires_grad && d->grad_fn == NULL, "detach: requires_grad %d, grad_fn %p",
+           d->requires_grad, (void *)d->grad_fn);
+    EXPECT(e.tape.n_nodes == 0, "detach recorded %lld nodes", (long long)e.tape.n_nodes);
     // cat([x, x.detach()]) with d(y) = 1: only the first half reaches x.
     Tensor *y = op_concat(&e.tape, (Tensor *[]){x, d}, 2, 0);
     float ones[12];

@@ -62,6 +62,15 @@ struct Tape {
     // too), and tape_grad reuses released buffers of the same size: peak memory holds the
     // live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
     bool keep_grads;
+    // release_activations (PyTorch's backward without retain_graph, which frees what each
+    // node saved once it has run): once a node's backward has run, the data of its outputs
+    // that own their data (tensor_new's, not views) goes to the same pool, so the gradients
+    // allocated later in the backward reuse the activations' memory and the step's peak is
+    // the forward's. Then host code must not read any recorded output but the root after
+    // tape_backward (its `data` is NULL). The engine's order makes it safe for the graph:
+    // a node runs after every node that reads its outputs (or views of them, which op_reshape
+    // records as nodes; op_detach copies). Off by default; the training loop turns it on.
+    bool release_activations;
     struct GradPool *pool;
     // Queued end-of-backward callbacks, run in order once the next backward has drained its
     // graph, then forgotten (also by tape_reset).
@@ -87,6 +96,11 @@ void *tape_alloc(Tape *t, size_t nbytes);
 // Backend memory from the step arena (what a kernel reads or writes: saved activations,
 // device copies of indices and masks); host code must not dereference it.
 void *tape_alloc_data(Tape *t, size_t nbytes);
+// A backward's temporary of n floats of backend memory (uninitialised): a released buffer
+// when one fits (see release_activations), else from the step arena. tape_give returns it to
+// the pool for later gradients and temporaries of this step.
+float *tape_take(Tape *t, int64_t n);
+void tape_give(Tape *t, float *buf, int64_t n);
 // The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);

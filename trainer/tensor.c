@@ -126,6 +126,7 @@ static Tensor *header(Arena *a, int ndim, const int64_t *shape) {
 Tensor *tensor_new(Arena *a, int ndim, const int64_t *shape) {
     Tensor *t = header(a, ndim, shape);
     t->data = arena_alloc_data(a, (size_t)t->n * sizeof(float));
+    t->owns_data = true;
     return t;
 }
 

@@ -38,6 +38,8 @@ typedef struct Tensor {
     Device dev;
     bool requires_grad;              // part of the autograd graph
     bool grad_defined;               // leaves: grad holds a value (PyTorch: grad is not None)
+    bool owns_data;                  // data was allocated for this tensor (tensor_new), not a
+                                     // view of another's: the tape may release it (tape.h)
     int param_index;                 // index in the model's parameter list, -1 otherwise
     Node *grad_fn;                   // the node that produced it; NULL for leaves and constants
     int out_index;                   // which output of grad_fn this is
@@ -83,7 +85,8 @@ Tensor *tensor_zeros(Arena *a, int ndim, const int64_t *shape);
 Tensor *tensor_scalar(Arena *a, float value);
 // Same shape and device as `like`.
 Tensor *tensor_like(Arena *a, const Tensor *like);
-// A tensor header over existing memory of the same numel (a view: shares data, no grad).
+// A tensor header over existing memory of the same numel (a view: shares data, no grad,
+// owns_data false).
 Tensor *tensor_view(Arena *a, float *data, int ndim, const int64_t *shape);
 // Convenience shapes. tensor_nd(a, 3, (int64_t[]){B, N, C}) is the general form.
 Tensor *tensor_1d(Arena *a, int64_t d0);

@@ -296,6 +296,7 @@ static int run_setup(Run *r, char *err, size_t errlen) {
     r->eval_ok = true;
     arena_init(&r->step_arena, r->device.dev, 0);
     tape_init(&r->tape, &r->step_arena, c->threads);
+    r->tape.release_activations = true; // the loop reads no activation after backward
     r->tape_ok = true;
     for (int k = 0; k < c->n_faults; k++) { // fault=unused must name real parameters
         if (c->faults[k].kind != FAULT_UNUSED) continue;

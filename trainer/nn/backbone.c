@@ -89,7 +89,7 @@ static void resnetblock_init(ResNetBlock *b, Registry *r, int c1, int c2, int s)
 static Tensor *resnetblock_forward(ResNetBlock *b, Tape *t, Tensor *x) {
     Tensor *y = conv_forward(&b->cv3, t, conv_forward(&b->cv2, t, conv_forward(&b->cv1, t, x)));
     Tensor *s = b->has_shortcut ? conv_forward(&b->shortcut, t, x) : x;
-    return op_relu(t, op_add(t, y, s));
+    return op_relu_(t, op_add(t, y, s));
 }
 
 void resnetlayer_init(ResNetLayer *m, Registry *r, const ResNetLayerArgs *a) {

@@ -25,7 +25,7 @@ void mlp_init(Mlp *m, Registry *r, const char *name, int in, int hidden, int out
 Tensor *mlp_forward(const Mlp *m, Tape *t, Tensor *x) {
     for (int j = 0; j < m->n; j++) {
         x = linear_forward(&m->layers[j], t, x);
-        if (j < m->n - 1) x = op_relu(t, x);
+        if (j < m->n - 1) x = op_relu_(t, x);
     }
     return x;
 }
@@ -132,6 +132,6 @@ Tensor *decoder_layer_forward(DecoderLayer *l, Tape *t, Tensor *embed, Tensor *r
     embed = layernorm_forward(&l->norm2, t, op_add(t, embed, tgt));
 
     // FFN
-    tgt = linear_forward(&l->linear2, t, op_relu(t, linear_forward(&l->linear1, t, embed)));
+    tgt = linear_forward(&l->linear2, t, op_relu_(t, linear_forward(&l->linear1, t, embed)));
     return layernorm_forward(&l->norm3, t, op_add(t, embed, tgt));
 }

@@ -145,8 +145,8 @@ Tensor *act_forward(Tape *t, Tensor *x, Act act) {
     switch (act) {
     case ACT_NONE:
         return x;
-    case ACT_RELU:
-        return op_relu(t, x);
+    case ACT_RELU: // x is batchnorm2d's fresh output (conv_forward): in place
+        return op_relu_(t, x);
     case ACT_SILU:
         return op_silu(t, x);
     case ACT_GELU:

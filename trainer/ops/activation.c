@@ -31,6 +31,7 @@ static void unary_backward(Tape *t, Node *n, UnaryBwd bwd, const Tensor *saved) 
     bwd(&t->kc, tape_grad(t, x), saved->data, y->grad, x->n);
 }
 
+// Also relu_'s backward: then in[0]'s data holds relu(x), whose mask relu(x) > 0 is x > 0.
 static void relu_backward(Tape *t, Node *n) {
     unary_backward(t, n, backend_need(n->in[0]->dev)->relu_bwd, n->in[0]);
 }
@@ -74,6 +75,16 @@ static const OpInfo abs_info = {"abs", abs_backward};
 
 Tensor *op_relu(Tape *t, Tensor *x) {
     return unary(t, x, backend_need(x->dev)->relu_fwd, &relu_info);
+}
+
+Tensor *op_relu_(Tape *t, Tensor *x) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, relu_fwd);
+    CHECK(x->grad_fn || !x->requires_grad, "relu_ of a leaf that requires grad");
+    be->relu_fwd(&t->kc, x->data, x->data, x->n);
+    Tensor *y = tensor_view(t->arena, x->data, x->ndim, x->shape);
+    tape_record(t, &relu_info, &x, 1, &y, 1);
+    return y;
 }
 
 Tensor *op_silu(Tape *t, Tensor *x) {

@@ -11,11 +11,14 @@
 #include "kernels/base.h"
 
 // Saved for backward (step arena): the projections after scaling (qs = q * scale, what the
-// score GEMM read) and the attention probabilities.
+// score GEMM read) and the mask. Not the attention probabilities: backward recomputes them
+// with the forward's kernel (bit for bit the same), because they are the largest thing the
+// forward would hold (rtdetr-l's decoder self-attention, 500 queries: 16 MB a layer, 96 MB of
+// the step's peak) and cost a few ms to compute again.
 typedef struct MhaCtx {
-    float *qs;    // (B, Lq, E)
-    float *k, *v; // (B, Lk, E)
-    float *p;     // (B, NH, Lq, Lk)
+    float *qs;           // (B, Lq, E)
+    float *k, *v;        // (B, Lk, E)
+    const uint8_t *mask; // (Lq, Lk) on the device, or NULL
     int n_heads;
     float scale; // sqrt(1 / D)
 } MhaCtx;
@@ -55,8 +58,13 @@ static void mha_core_backward(Tape *t, Node *n) {
     be->fill(&t->kc, dqs, 0.0f, B * Lq * E);
     be->fill(&t->kc, dk, 0.0f, B * Lk * E);
     be->fill(&t->kc, dv, 0.0f, B * Lk * E);
-    be->attention_bwd(&t->kc, dqs, dk, dv, out->grad, c->p, c->qs, c->k, c->v, B, c->n_heads, Lq,
+    const int64_t n_p = B * c->n_heads * Lq * Lk;
+    float *p = tape_take(t, n_p), *out_again = tape_take(t, B * Lq * E);
+    be->attention_fwd(&t->kc, out_again, p, c->qs, c->k, c->v, c->mask, B, c->n_heads, Lq, Lk, E);
+    be->attention_bwd(&t->kc, dqs, dk, dv, out->grad, p, c->qs, c->k, c->v, B, c->n_heads, Lq,
                       Lk, E);
+    tape_give(t, out_again, B * Lq * E);
+    tape_give(t, p, n_p);
     // qs = q * scale, so dq = dqs * scale, the product rounded once as in PyTorch
     be->scale_fwd(&t->kc, dq, dqs, c->scale, B * Lq * E);
 
@@ -105,7 +113,6 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     c.qs = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lq * E));
     c.k = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
     c.v = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
-    c.p = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * NH * LL));
 
     float *q = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
     project(t, be, q, query->data, in_proj_weight, in_proj_bias, 0, B * Lq, E);
@@ -121,8 +128,12 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
         be->to_device(mask, attn_mask, (size_t)LL);
     }
 
+    c.mask = mask;
     Tensor *out = tensor_3d(t->arena, B, Lq, E);
-    be->attention_fwd(&t->kc, out->data, c.p, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
+    // p: the probabilities, used by this call only (backward computes them again)
+    float *p = be->alloc(sizeof(float) * (size_t)(B * NH * LL));
+    be->attention_fwd(&t->kc, out->data, p, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
+    be->free(p);
 
     Node *n =
         tape_record(t, &mha_core_info,

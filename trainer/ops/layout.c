@@ -264,4 +264,14 @@ Tensor *op_slice(Tape *t, Tensor *x, int dim, int64_t start, int64_t end) {
 }
 
 // ---- detach ----
-Tensor *op_detach(Tape *t, Tensor *x) { return tensor_view(t->arena, x->data, x->ndim, x->shape); }
+// A copy, where PyTorch shares storage: PyTorch's storage lives while the detached tensor
+// does, and a copy of its own gives it that lifetime here, where the tape may release x's
+// data during backward (tape.h, release_activations) while the detached copy is still read.
+// RT-DETR detaches only reference boxes and the selected queries (a few hundred KiB).
+Tensor *op_detach(Tape *t, Tensor *x) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, copy);
+    Tensor *y = tensor_like(t->arena, x);
+    if (x->n) be->copy(&t->kc, y->data, x->data, x->n);
+    return y;
+}

@@ -23,6 +23,11 @@
 
 // ---- unary elementwise (ops/activation.c) ----
 Tensor *op_relu(Tape *t, Tensor *x);
+// relu_ (PyTorch's in-place relu): x's data becomes max(x, 0); returns a view of it. x must be
+// an op's fresh output that nothing else reads, produced by an op whose backward does not read
+// its own output (conv2d, batchnorm2d, linear, add): the tensor relu would have allocated is
+// saved. Its gradient is op_relu's bit for bit (the mask x > 0 is relu(x) > 0).
+Tensor *op_relu_(Tape *t, Tensor *x);
 Tensor *op_silu(Tape *t, Tensor *x);
 Tensor *op_gelu(Tape *t, Tensor *x);    // exact: x * 0.5 * (1 + erf(x / sqrt 2))
 Tensor *op_sigmoid(Tape *t, Tensor *x);
@@ -135,7 +140,7 @@ Tensor *op_index_select(Tape *t, Tensor *x, int dim, const int64_t *idx, int64_t
 Tensor *op_gather_rows(Tape *t, Tensor *x, const int64_t *idx, int64_t k);
 // nn.Embedding: weight (V,E), idx (n) in [0,V) -> (n,E). Edges: weight.
 Tensor *op_embedding(Tape *t, Tensor *weight, const int64_t *idx, int64_t n);
-// Shares data, requires no grad, no grad_fn (x.detach()).
+// x.detach(): requires no grad, no grad_fn; a copy of x's data (layout.c says why).
 Tensor *op_detach(Tape *t, Tensor *x);
 
 #endif
