@@ -306,8 +306,18 @@ static void test_ema(const Golden *g) {
             EXPECT(golden_compare(what, got[k], want->n, want, 0, 0) == 0, "%s", what);
         }
         EXPECT(e.counters[1] == 17, "integer buffers are not averaged (Ultralytics skips them)");
-        ema_copy_to(&e, &r);
-        EXPECT(counter == 17 && t[2]->data[0] == got[2][0] && t[0]->data[5] == got[0][5], "ema_copy_to");
+        // ema_swap: the model takes the EMA's values and the EMA the model's; twice restores
+        float ema_w = got[0][5], ema_rm = got[2][0], model_w = t[0]->data[5], model_rm = t[2]->data[0];
+        int64_t model_counter = counter;
+        ema_swap(&e, &r);
+        EXPECT(counter == 17 && t[2]->data[0] == ema_rm && t[0]->data[5] == ema_w,
+               "ema_swap: the model holds the EMA weights");
+        EXPECT(e.counters[1] == model_counter && got[2][0] == model_rm && got[0][5] == model_w,
+               "ema_swap: the EMA holds the model's");
+        ema_swap(&e, &r);
+        EXPECT(counter == model_counter && t[0]->data[5] == model_w && got[0][5] == ema_w &&
+                   e.counters[1] == 17,
+               "a second ema_swap restores both");
         ema_free(&e);
         registry_free(&r);
         arena_free(&arena);

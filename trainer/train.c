@@ -62,8 +62,8 @@ typedef struct Run {
     const TrainConfig *c;
     Dataset train, val;
     int n_corrupt;            // train + val images dropped at the scan
-    Rtdetr model, eval_model; // eval_model receives the EMA weights for validation
-    bool model_ok, eval_ok;
+    Rtdetr model; // validation runs it with the EMA weights swapped in (ema_swap)
+    bool model_ok;
     Optimizer opt;
     bool opt_ok;
     Ema ema;
@@ -290,10 +290,6 @@ static int run_setup(Run *r, char *err, size_t errlen) {
                  c->imgsz, spec->name, (long long)encoder_tokens(c->imgsz), nq, min_size);
         return -1;
     }
-    if (rtdetr_init_on(&r->eval_model, r->device.dev, c->model, r->train.nc, c->seed, err,
-                       errlen))
-        return -1;
-    r->eval_ok = true;
     arena_init(&r->step_arena, r->device.dev, 0);
     tape_init(&r->tape, &r->step_arena, c->threads);
     r->tape.release_activations = true; // the loop reads no activation after backward
@@ -386,7 +382,6 @@ static void run_free(Run *r, bool clean) {
     arena_free(&r->step_arena);
     if (r->ema_ok) ema_free(&r->ema);
     if (r->opt_ok) optim_free(&r->opt);
-    if (r->eval_ok) rtdetr_free(&r->eval_model);
     if (r->model_ok) rtdetr_free(&r->model);
     dataset_free(&r->val);
     dataset_free(&r->train);
@@ -560,14 +555,16 @@ static int run_batch(Run *r, int epoch, int64_t i, const int64_t *order, int64_t
     return 0;
 }
 
-// Validates the EMA weights: copies them into eval_model, runs the val split, prints the table.
+// Validates the EMA weights: swaps them into the model, runs the val split, swaps them back,
+// prints the table.
 static int run_validate(Run *r, bool final, TrainEpochReport *rep, char *err, size_t errlen) {
-    ema_copy_to(&r->ema, &r->eval_model.reg);
     MapResult res = {0};
     int vbatch = r->c->batch * 2;
-    if (validate_run(&r->eval_model, &r->tape, &r->val, r->c->imgsz, vbatch, r->c->conf, &res, err,
-                     errlen))
-        return 2;
+    ema_swap(&r->ema, &r->model.reg);
+    int rc = validate_run(&r->model, &r->tape, &r->val, r->c->imgsz, vbatch, r->c->conf, &res, err,
+                          errlen);
+    ema_swap(&r->ema, &r->model.reg);
+    if (rc) return 2;
     validate_print_table(r->log, &res, &r->val, final);
     rep->validated = true;
     rep->precision = res.precision;

@@ -79,14 +79,29 @@ void ema_update(Ema *e, const Registry *model) {
     }
 }
 
-void ema_copy_to(const Ema *e, Registry *model) {
+// v (host, the EMA's) <-> t's data, through a host mapping of t.
+static void swap_values(float *v, Tensor *t) {
+    float *m = host_map(t->dev, t->data, t->n, true);
+    for (int64_t j = 0; j < t->n; j++) {
+        float keep = m[j];
+        m[j] = v[j];
+        v[j] = keep;
+    }
+    host_unmap(t->dev, t->data, m, t->n, true);
+}
+
+void ema_swap(Ema *e, Registry *model) {
     CHECK(model->n_params == e->n_params && model->n_buffers == e->n_buffers,
           "EMA made from another model");
-    for (int i = 0; i < e->n_params; i++)
-        tensor_write(model->params[i], e->params + e->param_offset[i]);
+    for (int i = 0; i < e->n_params; i++) swap_values(e->params + e->param_offset[i], model->params[i]);
     for (int b = 0; b < e->n_buffers; b++) {
         RegBuffer *rb = &model->buffers[b];
-        if (rb->t) tensor_write(rb->t, e->buffers + e->buffer_offset[b]);
-        else *rb->count = e->counters[b];
+        if (rb->t) {
+            swap_values(e->buffers + e->buffer_offset[b], rb->t);
+        } else {
+            int64_t keep = *rb->count;
+            *rb->count = e->counters[b];
+            e->counters[b] = keep;
+        }
     }
 }

@@ -33,8 +33,10 @@ void ema_free(Ema *e);
 double ema_decay_at(const Ema *e, int64_t updates);
 // ModelEMA.update: updates += 1, then averages with d(updates). model: the registry ema_init saw.
 void ema_update(Ema *e, const Registry *model);
-// Writes the EMA's parameters and buffers (counters too) into `model` (same layout), e.g.
-// to validate or export the EMA weights as Ultralytics does.
-void ema_copy_to(const Ema *e, Registry *model);
+// Exchanges the values of the EMA's parameters, float buffers and counters with the model's
+// (same layout): afterwards the model holds the EMA weights and the EMA the model's; a second
+// call restores both bit for bit. Validation runs the training model between two swaps, as
+// Ultralytics validates its EMA copy, with no second model in memory (rtdetr-l: 126 MB).
+void ema_swap(Ema *e, Registry *model);
 
 #endif
