@@ -211,7 +211,7 @@ static void test_conv_threads(void) {
 }
 
 // ---- Winograd F(4x4, 3x3) against im2col ----
-// Shapes the Winograd path takes (>= 64 channels, >= 40 tiles) that end mid-tile (sizes not
+// Shapes the Winograd path takes (>= 32 channels, >= 40 tiles) that end mid-tile (sizes not
 // multiples of 4), with padding 0, 1, 2 and channel counts that are not multiples of the
 // transforms' 16 lanes. Forward, dx and dw of both paths against the float64 reference, and
 // Winograd against im2col.

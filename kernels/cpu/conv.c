@@ -3,7 +3,7 @@
  *   channels (backward), with no GEMM; stride 1 runs over zero-padded planes;
  * - pointwise (1x1, stride 1, no padding): the image is already the column matrix, so one
  *   GEMM per image and group, no copy;
- * - Winograd F(4x4, 3x3) (conv_winograd.c) for dense 3x3 stride-1 convs with >= 64 channels
+ * - Winograd F(4x4, 3x3) (conv_winograd.c) for dense 3x3 stride-1 convs with >= 32 channels
  *   in and out and >= 40 output tiles (winograd_applies): 2.25 instead of 9 multiply-adds per
  *   output and channel pair, as 36 GEMMs over both images' tiles. RT-DETR-L's 256-channel
  *   RepConvs at 40x40 run 1.8x faster than on im2col (tests/bench_ops_conv); smaller maps and
