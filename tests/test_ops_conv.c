@@ -12,6 +12,7 @@
 #include "trainer/ops/ops.h"
 
 #include "kernels/base.h"
+#include "kernels/cpu/conv_winograd.h"
 
 // ---- conv reference ----
 typedef struct ConvCase {
@@ -182,6 +183,7 @@ static void test_conv_threads(void) {
         {"2x2 stem", 2, 8, 41, 41, 8, 2, 2, P(1, 1, 0, 0, 1, 1, 1), false},
         {"depthwise 5x5 s1", 2, 32, 20, 20, 32, 5, 5, P(1, 1, 2, 2, 1, 1, 32), false},
         {"depthwise 3x3 s2", 2, 32, 20, 20, 32, 3, 3, P(2, 2, 1, 1, 1, 1, 32), false},
+        {"winograd", 2, 64, 21, 19, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1), true},
     };
     const Backend *be = backend_need(DEV_CPU);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -205,6 +207,79 @@ static void test_conv_threads(void) {
         EXPECT(memcmp(got[0], got[1], sizeof(float) * (size_t)n) == 0,
                "%s: results differ on 1 and 2 threads", c->name);
         free(got[0]), free(got[1]), free(x), free(w), free(bias), free(dout);
+    }
+}
+
+// ---- Winograd F(4x4, 3x3) against im2col ----
+// Shapes the Winograd path takes (>= 32 channels, >= 40 tiles) that end mid-tile (sizes not
+// multiples of 4), with padding 0, 1, 2 and channel counts that are not multiples of the
+// transforms' 16 lanes. Forward, dx and dw of both paths against the float64 reference, and
+// Winograd against im2col.
+//
+// Tolerances. Inputs and weights are uniform in [-1, 1], so an output sums 9C terms of size
+// <= 1 and is O(sqrt(9C)) ~ 25-35. im2col's GEMM rounds each sum once per term: error
+// ~ sqrt(9C) * 2^-24 * |terms|, ~1e-6 here. Winograd adds the transforms' rounding: BT and AT
+// have entries up to 5 and 8, so the transformed values are ~10-60x the inputs and their
+// float32 rounding, carried through the channel sum and AT, lands on the outputs ~100x larger
+// than im2col's. Measured when this was written: forward <= 3.1e-4 absolute (128 channels),
+// dx <= 1.3e-4, dw <= 1.9e-4, i.e. ~1e-5 of the outputs' scale. We allow 1e-3 absolute plus
+// 1e-4 relative, 3x the worst of these; training does not notice 1e-5 relative (the model's
+// weights are ~1/sqrt(9C) and its activations O(1), so its errors are smaller still).
+#define WINO_ATOL 1e-3
+#define WINO_RTOL 1e-4
+
+static void test_conv_winograd(void) {
+    static const ConvCase cases[] = {
+        {"winograd 64->64 17x19 p1", 2, 64, 17, 19, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1), false},
+        {"winograd 64->80 23x21 p0", 2, 64, 23, 21, 80, 3, 3, P(1, 1, 0, 0, 1, 1, 1), false},
+        {"winograd 72->64 10x26 p1", 2, 72, 10, 26, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1), false},
+        {"winograd 96->72 15x14 p2x1", 2, 96, 15, 14, 72, 3, 3, P(1, 1, 2, 1, 1, 1, 1), false},
+        {"winograd 128->64 one image 26x30", 1, 128, 26, 30, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1),
+         false},
+    };
+    const Backend *be = backend_need(DEV_CPU);
+    KernelCtx kc = {.n_threads = 2};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const ConvCase *c = &cases[k];
+        const Conv2dParams *p = &c->p;
+        int64_t OH = out_size(c->H, 3, 1, p->pad_h, 1), OW = out_size(c->W, 3, 1, p->pad_w, 1);
+        int64_t nx = c->B * c->C * c->H * c->W, nw = c->OC * c->C * 9, ny = c->B * c->OC * OH * OW;
+        WinoShape ws;
+        EXPECT(winograd_applies(&ws, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p),
+               "%s: not a Winograd shape", c->name);
+        float *x = rand_floats(nx, 800 + k), *w = rand_floats(nw, 900 + k);
+        float *dout = rand_floats(ny, 1000 + k);
+        double *out = xcalloc((size_t)ny, sizeof(double));
+        double *dx = xcalloc((size_t)nx, sizeof(double)), *dw = xcalloc((size_t)nw, sizeof(double));
+        ref_conv(c, out, dx, dw, NULL, dout, x, w, NULL);
+        float *got[2][3]; // [im2col, winograd][y, dx, dw]
+        for (int wino = 0; wino < 2; wino++) {
+            float *y = got[wino][0] = xmalloc(sizeof(float) * (size_t)ny);
+            float *gx = got[wino][1] = xcalloc((size_t)nx, sizeof(float));
+            float *gw = got[wino][2] = xcalloc((size_t)nw, sizeof(float));
+            conv2d_cpu_use_winograd(wino);
+            be->conv2d_fwd(&kc, y, x, w, NULL, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p);
+            be->conv2d_bwd(&kc, gx, gw, NULL, dout, x, w, c->B, c->C, c->H, c->W, c->OC, OH, OW,
+                           3, 3, *p);
+        }
+        conv2d_cpu_use_winograd(true);
+        expect_close("im2col forward", c->name, got[0][0], out, ny, 1e-4, 1e-4);
+        expect_close("im2col dx", c->name, got[0][1], dx, nx, 1e-4, 1e-4);
+        expect_close("im2col dw", c->name, got[0][2], dw, nw, 1e-3, 1e-4);
+        expect_close("winograd forward", c->name, got[1][0], out, ny, WINO_ATOL, WINO_RTOL);
+        expect_close("winograd dx", c->name, got[1][1], dx, nx, WINO_ATOL, WINO_RTOL);
+        expect_close("winograd dw", c->name, got[1][2], dw, nw, WINO_ATOL, WINO_RTOL);
+        const char *what[3] = {"winograd vs im2col forward", "winograd vs im2col dx",
+                               "winograd vs im2col dw"};
+        const int64_t n[3] = {ny, nx, nw};
+        for (int i = 0; i < 3; i++) {
+            double *im2col = xmalloc(sizeof(double) * (size_t)n[i]);
+            for (int64_t j = 0; j < n[i]; j++) im2col[j] = got[0][i][j];
+            expect_close(what[i], c->name, got[1][i], im2col, n[i], WINO_ATOL, WINO_RTOL);
+            free(im2col);
+        }
+        for (int i = 0; i < 6; i++) free(got[i / 3][i % 3]);
+        free(x), free(w), free(dout), free(out), free(dx), free(dw);
     }
 }
 
@@ -489,6 +564,7 @@ static void test_resample_gradcheck(void) {
 int main(void) {
     test_conv_reference();
     test_conv_threads();
+    test_conv_winograd();
     test_conv_gradcheck();
     test_maxpool_forward();
     test_maxpool_reference();
