@@ -421,6 +421,11 @@ $(BUILD)/gen/models.c: $(MODELS) trainer/models/embed.sh
 $(BUILD)/gen/models.o: $(BUILD)/gen/models.c
 	$(call Q,CC)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# The optimizer's host loops (trainer/optim/host_loop.h): sqrtf without its errno branch, so that
+# AdamW's loop vectorises (errno is all that -fno-math-errno drops), and never a * and a + fused
+# into one FMA, which would change the float32 results that tests/test_optim.c pins.
+$(BUILD)/trainer/optim/%.o: CFLAGS += -fno-math-errno -ffp-contract=off
+
 # The revision recorded in every trace's metadata (trainer/trace.c).
 REVISION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 $(BUILD)/trainer/trace.o: CPPFLAGS += -DDDPDBG_REVISION='"$(REVISION)"'

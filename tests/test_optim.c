@@ -6,11 +6,14 @@
  * - AdamW, SGD (nesterov), clip_grad_norm_ and ModelEMA against torch 1.13 float32 runs
  *   (tests/golden/optim.bin, made by tests/golden/make_optim.py).
  * Tolerances: AdamW, SGD and EMA must match bit for bit (atol 0, rtol 0); clip_grad_norm_'s
- * total norm and clipped grads rtol 1e-6 (torch reduces in float32 in its own order). */
+ * total norm and clipped grads rtol 1e-6 (torch reduces in float32 in its own order).
+ * - The host loops on 2 and 3 threads (trainer/optim/host_loop.h) against 1 thread: clip norms,
+ *   weights, AdamW/SGD state and EMA bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/base.h"
 #include "tests/expect.h"
 #include "tests/golden.h"
@@ -328,6 +331,108 @@ static void test_ema(const Golden *g) {
     EXPECT_NEAR(ema_decay_at(&e, 2000), 0.9999 * (1 - exp(-1.0)), 0, 1e-15);
 }
 
+// ---- threads: the same bits on any number of threads ----
+// Parameters across host_loop.h's parallel threshold, with lengths that split mid-vector, one
+// grad None, and a float buffer plus a counter for the EMA.
+#define N_THREADED 6
+static const int64_t threaded_numel[N_THREADED] = {100003, 17, 40000, 65537, 5, 3};
+
+// The bytes a run leaves behind: weights, optimizer state, EMA, and the clip norms.
+typedef struct ThreadedRun {
+    float *weights, *state, *ema, norms[3];
+    int64_t n_weights, n_state, n_ema;
+} ThreadedRun;
+
+// Three steps of clip 10, `kind`, zero_grad, EMA on `threads` threads; grads from a fixed seed
+// (big enough that clipping scales them).
+static ThreadedRun run_threaded(OptimKind kind, int threads) {
+    backend_need(DEV_CPU)->set_threads(threads);
+    Arena arena, host;
+    Rng rng;
+    Registry r;
+    arena_init(&arena, DEV_CPU, 1 << 22);
+    arena_init(&host, DEV_CPU, 1 << 16);
+    rng_init(&rng, 7);
+    registry_init(&r, &arena, &host, &rng);
+    const char *names[N_THREADED] = {"a.weight", "a.bias", "b.bn.weight", "c.weight", "d.weight", "e.bias"};
+    for (int i = 0; i < N_THREADED; i++) {
+        Tensor *p = registry_param(&r, names[i], 1, &threaded_numel[i]);
+        for (int64_t j = 0; j < p->n; j++) p->data[j] = rng_normal(&rng);
+    }
+    Tensor *running = registry_buffer(&r, "b.bn.running_var", 1, (int64_t[]){50001});
+    int64_t counter = 0;
+    registry_counter(&r, "b.bn.num_batches_tracked", &counter);
+    Optimizer o;
+    optim_init(&o, kind, r.params, r.names, r.n_params, 0.01, 0.9, 5e-4);
+    Ema e;
+    ema_init(&e, &r);
+    ThreadedRun run = {0};
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < N_THREADED; i++) {
+            Tensor *p = r.params[i];
+            p->grad_defined = i != 4; // d.weight: grad None
+            for (int64_t j = 0; j < p->n; j++) p->grad[j] = 3.0f * rng_normal(&rng);
+        }
+        for (int64_t j = 0; j < running->n; j++) running->data[j] = rng_uniform(&rng);
+        run.norms[s] = clip_grad_norm(r.params, r.n_params, 10.0);
+        optim_step(&o);
+        optim_zero_grad(&o, true);
+        ema_update(&e, &r);
+    }
+    run.n_weights = o.numel;
+    run.weights = xmalloc(sizeof(float) * (size_t)o.numel);
+    for (int i = 0; i < N_THREADED; i++)
+        memcpy(run.weights + o.offset[i], r.params[i]->data, sizeof(float) * (size_t)r.params[i]->n);
+    run.n_state = kind == OPTIM_ADAMW ? 2 * o.numel : o.numel;
+    run.state = xmalloc(sizeof(float) * (size_t)run.n_state);
+    if (kind == OPTIM_ADAMW) {
+        memcpy(run.state, o.exp_avg, sizeof(float) * (size_t)o.numel);
+        memcpy(run.state + o.numel, o.exp_avg_sq, sizeof(float) * (size_t)o.numel);
+    } else {
+        memcpy(run.state, o.momentum_buffer, sizeof(float) * (size_t)o.numel);
+    }
+    run.n_ema = e.n_param_floats + e.n_buffer_floats;
+    run.ema = xmalloc(sizeof(float) * (size_t)run.n_ema);
+    memcpy(run.ema, e.params, sizeof(float) * (size_t)e.n_param_floats);
+    memcpy(run.ema + e.n_param_floats, e.buffers, sizeof(float) * (size_t)e.n_buffer_floats);
+    ema_free(&e);
+    optim_free(&o);
+    registry_free(&r);
+    arena_free(&arena);
+    arena_free(&host);
+    return run;
+}
+
+static void threaded_run_free(ThreadedRun *run) {
+    free(run->weights);
+    free(run->state);
+    free(run->ema);
+}
+
+static void test_threads(void) {
+    for (int k = 0; k < 2; k++) {
+        OptimKind kind = k == 0 ? OPTIM_ADAMW : OPTIM_SGD;
+        ThreadedRun one = run_threaded(kind, 1);
+        EXPECT(one.norms[0] > 10.0f && one.norms[2] > 10.0f, "%s: the grads are clipped (norm %g)",
+               optim_kind_name(kind), one.norms[0]);
+        for (int threads = 2; threads <= 3; threads++) {
+            ThreadedRun many = run_threaded(kind, threads);
+            const char *name = optim_kind_name(kind);
+            EXPECT(memcmp(one.norms, many.norms, sizeof one.norms) == 0,
+                   "%s: clip norms on %d threads differ from 1 thread's", name, threads);
+            EXPECT(memcmp(one.weights, many.weights, sizeof(float) * (size_t)one.n_weights) == 0,
+                   "%s: weights on %d threads differ from 1 thread's", name, threads);
+            EXPECT(memcmp(one.state, many.state, sizeof(float) * (size_t)one.n_state) == 0,
+                   "%s: optimizer state on %d threads differs from 1 thread's", name, threads);
+            EXPECT(memcmp(one.ema, many.ema, sizeof(float) * (size_t)one.n_ema) == 0,
+                   "%s: EMA on %d threads differs from 1 thread's", name, threads);
+            threaded_run_free(&many);
+        }
+        threaded_run_free(&one);
+    }
+    backend_need(DEV_CPU)->set_threads(1);
+}
+
 int main(void) {
     test_groups();
     test_auto_and_schedule();
@@ -341,5 +446,6 @@ int main(void) {
     test_clip(&g);
     test_ema(&g);
     golden_free(&g);
+    test_threads();
     return expect_report();
 }

@@ -6,6 +6,7 @@
  * after every kernel already launched on the default stream and on any stream created
  * blocking (cudaStreamCreate without cudaStreamNonBlocking), so a to_host after a step sees
  * its results. The table holds no state: the cuBLAS handles live in gemm.cu, one per thread. */
+#include <omp.h>
 #include <stdatomic.h>
 
 #include "kernels/base.h"
@@ -39,9 +40,11 @@ void to_host_cuda(void *dst, const void *src, size_t nbytes) {
     if (nbytes) CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost));
 }
 
-// The GPU threads itself: the CPU thread count has no meaning here.
+// The GPU threads itself; the count is the host loops' over staging copies (the optimizer's,
+// trainer/optim/host_loop.h: an OpenMP team of the calling thread's default size).
 void set_threads_cuda(int n) {
     CHECK(n >= 1, "threads must be >= 1, got %d", n);
+    omp_set_num_threads(n);
 }
 
 int set_device_cuda(int index, char *why, size_t len) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/base.h"
+#include "trainer/optim/host_loop.h"
 
 // ---- groups ----
 
@@ -147,70 +148,135 @@ int optim_group_size(const Optimizer *o, OptimGroupId g) {
 }
 
 // ---- steps ----
+// optimizer.step() is one pass (host_loop.h) over every parameter whose grad is defined: its
+// weights and gradient mapped to the host, and the float32 scalars of its update.
 
-// _single_tensor_adamw for one parameter (step already counted).
-static void adamw_update(const Optimizer *o, const OptimGroup *gr, int i) {
-    Tensor *p = o->params[i];
-    float *m = o->exp_avg + o->offset[i], *v = o->exp_avg_sq + o->offset[i];
-    float *w = host_map(p->dev, p->data, p->n, true);
-    float *g = host_map(p->dev, p->grad, p->n, true);
+// The Python scalars of one AdamW update as the float32 kernels see them.
+typedef struct AdamwScalars {
+    float decay;                     // 1 - lr * wd
+    float beta1, one_minus_beta1;    // b1, 1 - b1
+    float beta2, one_minus_beta2;    // b2, 1 - b2
+    float bc2_sqrt, eps;             // sqrt(1 - b2^step), eps
+    float neg_step_size;             // -lr / (1 - b1^step)
+} AdamwScalars;
+
+// The same for SGD, with its (loop-invariant) choices.
+typedef struct SgdScalars {
+    float wd, mom, neg_lr;
+    bool decay, use_momentum, first, nesterov; // first: the momentum buffer is made now
+} SgdScalars;
+
+typedef struct StepPass {
+    const Optimizer *o;
+    float **w, **g;        // parameter i's weights and gradient on the host (host_map)
+    AdamwScalars *adamw;   // AdamW: parameter i's scalars
+    SgdScalars *sgd;       // SGD: parameter i's scalars
+} StepPass;
+
+// _single_tensor_adamw's scalars for parameter i (its step already counted).
+static AdamwScalars adamw_scalars(const Optimizer *o, const OptimGroup *gr, int i) {
     double step = (double)o->step[i];
     double bias_correction1 = 1.0 - pow(gr->momentum, step);
     double bias_correction2 = 1.0 - pow(gr->beta2, step);
     double step_size = gr->lr / bias_correction1;
-    double bias_correction2_sqrt = sqrt(bias_correction2);
-    // the Python scalars as the float32 kernels see them
-    float decay = (float)(1.0 - gr->lr * gr->weight_decay);
-    float beta1 = (float)gr->momentum, one_minus_beta1 = (float)(1.0 - gr->momentum);
-    float beta2 = (float)gr->beta2, one_minus_beta2 = (float)(1.0 - gr->beta2);
-    float bc2_sqrt = (float)bias_correction2_sqrt, eps = (float)o->eps;
-    float neg_step_size = (float)(-step_size);
-    for (int64_t j = 0; j < p->n; j++) {
-        w[j] = w[j] * decay;                                   // param.mul_(1 - lr * wd)
-        m[j] = fmaf(g[j], one_minus_beta1, m[j] * beta1);      // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-        v[j] = fmaf(one_minus_beta2 * g[j], g[j], v[j] * beta2); // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
-        float denom = sqrtf(v[j]) / bc2_sqrt + eps;            // (v.sqrt() / bc2_sqrt).add_(eps)
-        w[j] = w[j] + (neg_step_size * m[j]) / denom;          // param.addcdiv_(m, denom, -step_size)
-    }
-    host_unmap(p->dev, p->grad, g, p->n, false);
-    host_unmap(p->dev, p->data, w, p->n, true);
+    return (AdamwScalars){.decay = (float)(1.0 - gr->lr * gr->weight_decay),
+                          .beta1 = (float)gr->momentum,
+                          .one_minus_beta1 = (float)(1.0 - gr->momentum),
+                          .beta2 = (float)gr->beta2,
+                          .one_minus_beta2 = (float)(1.0 - gr->beta2),
+                          .bc2_sqrt = (float)sqrt(bias_correction2),
+                          .eps = (float)o->eps,
+                          .neg_step_size = (float)(-step_size)};
 }
 
-// _single_tensor_sgd for one parameter (dampening 0).
-static void sgd_update(Optimizer *o, const OptimGroup *gr, int i) {
-    Tensor *p = o->params[i];
-    float *buf = o->momentum_buffer + o->offset[i];
-    float *w = host_map(p->dev, p->data, p->n, true);
-    float *g = host_map(p->dev, p->grad, p->n, true);
-    float wd = (float)gr->weight_decay, mom = (float)gr->momentum, neg_lr = (float)(-gr->lr);
-    bool first = !o->has_state[i];
-    bool use_momentum = gr->momentum != 0.0;
-    for (int64_t j = 0; j < p->n; j++) {
-        float d = gr->weight_decay != 0.0 ? fmaf(w[j], wd, g[j]) : g[j]; // g.add(p, alpha=wd)
-        if (use_momentum) {
-            buf[j] = first ? d : buf[j] * mom + d; // clone(d), or buf.mul_(mom).add_(d, alpha=1)
-            d = o->nesterov ? fmaf(buf[j], mom, d) : buf[j];
-        }
-        w[j] = fmaf(d, neg_lr, w[j]); // param.add_(d, alpha=-lr)
+// _single_tensor_adamw over elements [begin, end): w weights, g gradient, m/v the moments.
+HOST_LOOP_VECTORIZED
+static void adamw_slice(AdamwScalars s, float *restrict w, float *restrict m, float *restrict v,
+                        const float *restrict g, int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t j = begin; j < end; j++) {
+        w[j] = w[j] * s.decay;                                       // param.mul_(1 - lr * wd)
+        m[j] = fmaf(g[j], s.one_minus_beta1, m[j] * s.beta1);        // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+        v[j] = fmaf(s.one_minus_beta2 * g[j], g[j], v[j] * s.beta2); // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+        float denom = sqrtf(v[j]) / s.bc2_sqrt + s.eps;              // (v.sqrt() / bc2_sqrt).add_(eps)
+        w[j] = w[j] + (s.neg_step_size * m[j]) / denom;              // param.addcdiv_(m, denom, -step_size)
     }
-    host_unmap(p->dev, p->grad, g, p->n, false);
-    host_unmap(p->dev, p->data, w, p->n, true);
-    if (use_momentum) o->has_state[i] = 1;
+}
+
+static void adamw_piece(void *ctx, int i, int64_t begin, int64_t end) {
+    const StepPass *pass = ctx;
+    int64_t at = pass->o->offset[i];
+    adamw_slice(pass->adamw[i], pass->w[i], pass->o->exp_avg + at, pass->o->exp_avg_sq + at,
+                pass->g[i], begin, end);
+}
+
+// _single_tensor_sgd's scalars for parameter i (dampening 0).
+static SgdScalars sgd_scalars(const Optimizer *o, const OptimGroup *gr, int i) {
+    return (SgdScalars){.wd = (float)gr->weight_decay,
+                        .mom = (float)gr->momentum,
+                        .neg_lr = (float)(-gr->lr),
+                        .decay = gr->weight_decay != 0.0,
+                        .use_momentum = gr->momentum != 0.0,
+                        .first = !o->has_state[i],
+                        .nesterov = o->nesterov};
+}
+
+// _single_tensor_sgd over elements [begin, end): w weights, g gradient, buf the momentum.
+HOST_LOOP_VECTORIZED
+static void sgd_slice(SgdScalars s, float *restrict w, float *restrict buf, const float *restrict g,
+                      int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t j = begin; j < end; j++) {
+        float d = s.decay ? fmaf(w[j], s.wd, g[j]) : g[j]; // g.add(p, alpha=wd)
+        if (s.use_momentum) {
+            buf[j] = s.first ? d : buf[j] * s.mom + d; // clone(d), or buf.mul_(mom).add_(d, alpha=1)
+            d = s.nesterov ? fmaf(buf[j], s.mom, d) : buf[j];
+        }
+        w[j] = fmaf(d, s.neg_lr, w[j]); // param.add_(d, alpha=-lr)
+    }
+}
+
+static void sgd_piece(void *ctx, int i, int64_t begin, int64_t end) {
+    const StepPass *pass = ctx;
+    sgd_slice(pass->sgd[i], pass->w[i], pass->o->momentum_buffer + pass->o->offset[i], pass->g[i],
+              begin, end);
 }
 
 void optim_step(Optimizer *o) {
+    size_t n = (size_t)o->n_params;
+    StepPass pass = {.o = o, .w = xcalloc(n, sizeof(float *)), .g = xcalloc(n, sizeof(float *))};
+    if (o->kind == OPTIM_ADAMW) pass.adamw = xcalloc(n, sizeof(AdamwScalars));
+    else pass.sgd = xcalloc(n, sizeof(SgdScalars));
+    int64_t *lengths = xcalloc(n, sizeof(int64_t)); // 0: skipped
     for (int i = 0; i < o->n_params; i++) {
-        if (!o->params[i]->grad_defined) continue;
-        CHECK(o->params[i]->grad, "parameter %d: grad_defined without a grad buffer", i);
+        Tensor *p = o->params[i];
+        if (!p->grad_defined) continue;
+        CHECK(p->grad, "parameter %d: grad_defined without a grad buffer", i);
         const OptimGroup *gr = &o->groups[o->group[i]];
         o->step[i]++;
         if (o->kind == OPTIM_ADAMW) {
+            pass.adamw[i] = adamw_scalars(o, gr, i);
             o->has_state[i] = 1;
-            adamw_update(o, gr, i);
         } else {
-            sgd_update(o, gr, i);
+            pass.sgd[i] = sgd_scalars(o, gr, i);
+            if (pass.sgd[i].use_momentum) o->has_state[i] = 1;
         }
+        pass.w[i] = host_map(p->dev, p->data, p->n, true);
+        pass.g[i] = host_map(p->dev, p->grad, p->n, true);
+        lengths[i] = p->n;
     }
+    host_loop_run(o->n_params, lengths, o->kind == OPTIM_ADAMW ? adamw_piece : sgd_piece, &pass);
+    for (int i = 0; i < o->n_params; i++) {
+        Tensor *p = o->params[i];
+        if (!p->grad_defined) continue;
+        host_unmap(p->dev, p->grad, pass.g[i], p->n, false);
+        host_unmap(p->dev, p->data, pass.w[i], p->n, true);
+    }
+    free(lengths);
+    free(pass.w);
+    free(pass.g);
+    free(pass.adamw);
+    free(pass.sgd);
 }
 
 void optim_zero_grad(Optimizer *o, bool set_to_none) {

@@ -6,7 +6,9 @@
  * mul_/add_ by an ulp; we follow 1.13, the version tests/golden/optim.bin comes from.
  * Not here: the lr/momentum schedule (schedule.h), clipping (clip.h), EMA (ema.h).
  * State lives in host memory and the loops are host loops over the parameters and gradients
- * mapped to the host (host_map: the memory itself on the CPU, staging copies on a device). */
+ * mapped to the host (host_map: the memory itself on the CPU, staging copies on a device, all of
+ * a step's at once), on the backend's threads and vector unit with the same bits for any thread
+ * count (host_loop.h). */
 #ifndef TRAINER_OPTIM_ADAMW_H
 #define TRAINER_OPTIM_ADAMW_H
 

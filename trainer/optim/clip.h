@@ -1,6 +1,9 @@
 /* clip.h -- torch.nn.utils.clip_grad_norm_(parameters, max_norm) with norm_type 2, as
  * Ultralytics calls it before every optimizer step (max_norm 10). Parameters whose grad is
- * None (grad_defined false) neither count nor change. Host loops over the gradients mapped to the host (host_map).
+ * None (grad_defined false) neither count nor change. Host loops over the gradients, all mapped
+ * to the host at once (host_map), on the backend's threads (host_loop.h): each tensor's sum of
+ * squares on one thread in index order, the tensors' norms combined in parameter order, so the
+ * result is the same bit for bit on any number of threads.
  * Not bit-exact to torch: torch reduces each norm in float32 in its own order; we sum in
  * double, so the total norm agrees to float32 rounding (see tests/test_optim.c). */
 #ifndef TRAINER_OPTIM_CLIP_H

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/base.h"
+#include "trainer/optim/host_loop.h"
 
 void ema_init(Ema *e, const Registry *model) {
     memset(e, 0, sizeof *e);
@@ -51,17 +52,35 @@ double ema_decay_at(const Ema *e, int64_t updates) {
     return e->decay * (1.0 - exp(-(double)updates / e->tau));
 }
 
-// v *= d; v += (1 - d) * m: torch casts both Python scalars to float32 and rounds each op.
-// v: host (the EMA's copy); m: the model's tensor, mapped to the host for the loop.
-static void average(float *v, const Tensor *t, float d, float one_minus_d) {
-    int64_t n = t->n;
-    const float *m = host_map(t->dev, t->data, n, true);
-    for (int64_t j = 0; j < n; j++) {
+// One update is one pass (host_loop.h) over the parameters, then the float buffers: array
+// k < n_params is parameter k, array n_params + b is buffer b (length 0 for a counter).
+typedef struct AveragePass {
+    float **ema;         // array k of the EMA's copy (host)
+    const float **model; // array k of the model, mapped to the host
+    float d, one_minus_d;
+} AveragePass;
+
+// v[begin, end) *= d; v += (1 - d) * m: torch casts both Python scalars to float32 and rounds
+// each op.
+HOST_LOOP_VECTORIZED
+static void average_slice(float *restrict v, const float *restrict m, float d, float one_minus_d,
+                          int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t j = begin; j < end; j++) {
         float scaled = v[j] * d;
         float pulled = one_minus_d * m[j];
         v[j] = scaled + pulled;
     }
-    host_unmap(t->dev, t->data, (float *)m, n, false);
+}
+
+static void average_piece(void *ctx, int k, int64_t begin, int64_t end) {
+    const AveragePass *pass = ctx;
+    average_slice(pass->ema[k], pass->model[k], pass->d, pass->one_minus_d, begin, end);
+}
+
+// The model's tensor behind array k (NULL for a counter).
+static const Tensor *array_tensor(const Registry *model, int k) {
+    return k < model->n_params ? model->params[k] : model->buffers[k - model->n_params].t;
 }
 
 void ema_update(Ema *e, const Registry *model) {
@@ -70,13 +89,28 @@ void ema_update(Ema *e, const Registry *model) {
           model->n_buffers, e->n_buffers);
     e->updates++;
     double d = ema_decay_at(e, e->updates);
-    float df = (float)d, one_minus_d = (float)(1.0 - d);
-    for (int i = 0; i < e->n_params; i++)
-        average(e->params + e->param_offset[i], model->params[i], df, one_minus_d);
-    for (int b = 0; b < e->n_buffers; b++) {
-        const RegBuffer *rb = &model->buffers[b];
-        if (rb->t) average(e->buffers + e->buffer_offset[b], rb->t, df, one_minus_d);
+    int n_arrays = e->n_params + e->n_buffers;
+    AveragePass pass = {.ema = xcalloc((size_t)n_arrays, sizeof(float *)),
+                        .model = xcalloc((size_t)n_arrays, sizeof(float *)),
+                        .d = (float)d,
+                        .one_minus_d = (float)(1.0 - d)};
+    int64_t *lengths = xcalloc((size_t)n_arrays, sizeof(int64_t));
+    for (int k = 0; k < n_arrays; k++) {
+        const Tensor *t = array_tensor(model, k);
+        if (!t) continue;
+        pass.ema[k] = k < e->n_params ? e->params + e->param_offset[k]
+                                      : e->buffers + e->buffer_offset[k - e->n_params];
+        pass.model[k] = host_map(t->dev, t->data, t->n, true);
+        lengths[k] = t->n;
     }
+    host_loop_run(n_arrays, lengths, average_piece, &pass);
+    for (int k = 0; k < n_arrays; k++) {
+        const Tensor *t = array_tensor(model, k);
+        if (t) host_unmap(t->dev, t->data, (float *)pass.model[k], t->n, false);
+    }
+    free(lengths);
+    free(pass.ema);
+    free(pass.model);
 }
 
 // v (host, the EMA's) <-> t's data, through a host mapping of t.

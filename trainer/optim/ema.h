@@ -6,7 +6,9 @@
  * Integer entries (num_batches_tracked) are skipped, exactly as ModelEMA's
  * `if v.dtype.is_floating_point`: they keep the value they had when the EMA was made (0 for a
  * fresh model; a checkpoint's on resume). Host copies, read and written through
- * the backend (tensor_read / tensor_write), so the model may be on any device. */
+ * the backend (tensor_read / tensor_write), so the model may be on any device; an update maps
+ * the model's tensors to the host (host_map) and averages on the backend's threads, the same
+ * bits on any number of them (host_loop.h). */
 #ifndef TRAINER_OPTIM_EMA_H
 #define TRAINER_OPTIM_EMA_H
 
