@@ -1,8 +1,8 @@
-/* conv_winograd.c -- Winograd F(m x m, 3x3) for dense 3x3 stride-1 convs (Lavin & Gray 2015,
+/* conv_winograd.c -- Winograd F(4x4, 3x3) for dense 3x3 stride-1 convs (Lavin & Gray 2015,
  * "Fast Algorithms for Convolutional Neural Networks"), forward and both gradients.
  *
- * The output is cut into m x m tiles; tile t of image b reads the a x a input window
- * (a = m + 2) at (ty*m - pad_h, tx*m - pad_w). Per tile and channel pair,
+ * The output is cut into m x m tiles (m = TILE = 4); tile t of image b reads the a x a input
+ * window (a = WIN = m + 2) at (ty*m - pad_h, tx*m - pad_w). Per tile and channel pair,
  *   Y = AT [ (G g G^T) (.) (BT d BT^T) ] AT^T    ((.) elementwise, a x a)
  * so with U[xi] (OC, C) = the weights' transforms and V[xi] (C, tiles) = the windows'
  * transforms, each of the a*a positions xi is one GEMM  M[xi] (OC, tiles) = U[xi] @ V[xi],
@@ -22,7 +22,8 @@
  * depend on the thread count.
  *
  * Accuracy: F(4x4, 3x3)'s transforms have entries up to 8 (AT) and 5 (BT), so float32 rounding
- * grows about 10x over the direct sum; test_ops_conv states and checks the bounds. */
+ * grows about 100x over im2col's direct sum, to ~1e-5 of the outputs' scale; test_ops_conv
+ * states and checks the bounds. */
 #include "kernels/cpu/conv_winograd.h"
 
 #include "kernels/base.h"
