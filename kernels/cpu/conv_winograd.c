@@ -42,6 +42,10 @@
 // The transforms' per-channel loops are compiled for AVX-512 and AVX2 too (chosen at load
 // time by the CPU): LANES = 16 floats are one AVX-512 register.
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The 36 GEMMs of a chunk run side by side, one per thread at a time (OpenBLAS's OpenMP build
+// runs single-threaded inside a parallel region): GEMMs of a few hundred columns split across
+// threads lost more than they gained. Each GEMM's result is the same on any thread.
+#define PAR_GEMMS schedule(static)
 // Transform work (floats moved) below which a transform loop stays on one thread.
 #define PAR_MIN_WORK ((int64_t)1 << 15)
 
@@ -394,6 +398,7 @@ void winograd_conv2d_fwd(KernelCtx *kc, const WinoShape *s, float *out, const fl
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
         const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
         transform_inputs(kc, &pl, V, n, x, t0);
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
         for (int64_t xi = 0; xi < WIN2; xi++) // M[xi] = U[xi] @ V[xi]
             gemm_cpu(kc, false, false, s->OC, n, s->C, 1.0f, U + xi * s->OC * s->C, s->C,
                      V + xi * s->C * n, n, 0.0f, M + xi * s->OC * n, n);
@@ -414,11 +419,13 @@ void winograd_conv2d_bwd(KernelCtx *kc, const WinoShape *s, float *dx, float *dw
         adjoint_outputs(kc, &pl, dM, n, dout, t0);
         if (dw) {
             transform_inputs(kc, &pl, V, n, x, t0);
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
             for (int64_t xi = 0; xi < WIN2; xi++) // dU[xi] (+)= dM[xi] @ V[xi]^T
                 gemm_cpu(kc, false, true, s->OC, s->C, n, 1.0f, dM + xi * s->OC * n, n,
                          V + xi * s->C * n, n, t0 == 0 ? 0.0f : 1.0f, dU + xi * s->OC * s->C, s->C);
         }
         if (dx) { // V is free again: dV[xi] = U[xi]^T @ dM[xi]
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
             for (int64_t xi = 0; xi < WIN2; xi++)
                 gemm_cpu(kc, true, false, s->C, n, s->OC, 1.0f, U + xi * s->OC * s->C, s->C,
                          dM + xi * s->OC * n, n, 0.0f, V + xi * s->C * n, n);
