@@ -2,10 +2,13 @@
  * batch 2, on 1 and 2 threads (median of 5 after one warm-up). Every conv of the backbone and
  * encoder is listed with how often it occurs, so the weighted total is the conv time of one
  * training step. Backward computes dx and dw (no dx for stem1, whose input is the image).
+ * The dense 3x3 stride-1 rows are timed again with conv.c's Winograd path switched off
+ * (conv2d_cpu_use_winograd), so the two algorithms compare in one time window.
  * Prints timings only; never fails. */
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/conv_winograd.h"
 
 #include "kernels/base.h"
 
@@ -171,5 +174,29 @@ int main(void) {
            tot[0][1], tot[1][0], tot[1][1]);
     printf("conv fwd+bwd per step: %.0f ms on 1 thread, %.0f ms on 2 threads\n",
            tot[0][0] + tot[0][1], tot[1][0] + tot[1][1]);
+
+    // The same rows on im2col (where conv.c chose Winograd above, else the same path again).
+    printf("\ndense 3x3 stride 1 on im2col (Winograd off), ms; x count summed below\n");
+    conv2d_cpu_use_winograd(false);
+    double im[2][2] = {{0}}, wi[2][2] = {{0}};
+    for (int i = 0; i < n_rows; i++) {
+        const ConvRow *r = &rows[i];
+        if (r->K != 3 || r->S != 1 || r->groups != 1) continue;
+        double fi[2], bi[2];
+        for (int ti = 0; ti < 2; ti++) {
+            KernelCtx kc = {.n_threads = ti + 1};
+            be->set_threads(kc.n_threads);
+            time_conv(be, &kc, r, &fi[ti], &bi[ti]);
+            im[ti][0] += r->count * fi[ti], im[ti][1] += r->count * bi[ti];
+            wi[ti][0] += r->count * f[ti][i], wi[ti][1] += r->count * b[ti][i];
+        }
+        printf("%-22s %34s | %8.2f %8.2f | %8.2f %8.2f\n", r->name, "", fi[0], bi[0], fi[1],
+               bi[1]);
+    }
+    conv2d_cpu_use_winograd(true);
+    printf("%-22s %34s | %8.1f %8.1f | %8.1f %8.1f\n", "im2col total (x count)", "", im[0][0],
+           im[0][1], im[1][0], im[1][1]);
+    printf("%-22s %34s | %8.1f %8.1f | %8.1f %8.1f\n", "as run above (x count)", "", wi[0][0],
+           wi[0][1], wi[1][0], wi[1][1]);
     return 0;
 }

@@ -228,6 +228,59 @@ static void test_conv_threads(void) {
 #define WINO_ATOL 1e-3
 #define WINO_RTOL 1e-4
 
+// One shape on both paths; against the float64 reference too when `reference`. Gradients
+// start at 0.5: the kernels must add to them.
+static void check_winograd(const ConvCase *c, uint64_t seed, bool reference) {
+    const Backend *be = backend_need(DEV_CPU);
+    KernelCtx kc = {.n_threads = 2};
+    const Conv2dParams *p = &c->p;
+    int64_t OH = out_size(c->H, 3, 1, p->pad_h, 1), OW = out_size(c->W, 3, 1, p->pad_w, 1);
+    int64_t nx = c->B * c->C * c->H * c->W, nw = c->OC * c->C * 9, ny = c->B * c->OC * OH * OW;
+    WinoShape ws;
+    EXPECT(winograd_applies(&ws, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p),
+           "%s: not a Winograd shape", c->name);
+    float *x = rand_floats(nx, seed), *w = rand_floats(nw, seed + 1);
+    float *dout = rand_floats(ny, seed + 2);
+    float *got[2][3]; // [im2col, winograd][y, dx, dw]
+    for (int wino = 0; wino < 2; wino++) {
+        float *y = got[wino][0] = xmalloc(sizeof(float) * (size_t)ny);
+        float *gx = got[wino][1] = xmalloc(sizeof(float) * (size_t)nx);
+        float *gw = got[wino][2] = xmalloc(sizeof(float) * (size_t)nw);
+        for (int64_t i = 0; i < nx; i++) gx[i] = 0.5f;
+        for (int64_t i = 0; i < nw; i++) gw[i] = 0.5f;
+        conv2d_cpu_use_winograd(wino);
+        be->conv2d_fwd(&kc, y, x, w, NULL, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p);
+        be->conv2d_bwd(&kc, gx, gw, NULL, dout, x, w, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3,
+                       3, *p);
+    }
+    conv2d_cpu_use_winograd(true);
+    if (reference) {
+        double *out = xcalloc((size_t)ny, sizeof(double));
+        double *dx = xcalloc((size_t)nx, sizeof(double)), *dw = xcalloc((size_t)nw, sizeof(double));
+        ref_conv(c, out, dx, dw, NULL, dout, x, w, NULL);
+        for (int64_t i = 0; i < nx; i++) dx[i] += 0.5;
+        for (int64_t i = 0; i < nw; i++) dw[i] += 0.5;
+        expect_close("im2col forward", c->name, got[0][0], out, ny, 1e-4, 1e-4);
+        expect_close("im2col dx", c->name, got[0][1], dx, nx, 1e-4, 1e-4);
+        expect_close("im2col dw", c->name, got[0][2], dw, nw, 1e-3, 1e-4);
+        expect_close("winograd forward", c->name, got[1][0], out, ny, WINO_ATOL, WINO_RTOL);
+        expect_close("winograd dx", c->name, got[1][1], dx, nx, WINO_ATOL, WINO_RTOL);
+        expect_close("winograd dw", c->name, got[1][2], dw, nw, WINO_ATOL, WINO_RTOL);
+        free(out), free(dx), free(dw);
+    }
+    const char *what[3] = {"winograd vs im2col forward", "winograd vs im2col dx",
+                           "winograd vs im2col dw"};
+    const int64_t n[3] = {ny, nx, nw};
+    for (int i = 0; i < 3; i++) {
+        double *im2col = xmalloc(sizeof(double) * (size_t)n[i]);
+        for (int64_t j = 0; j < n[i]; j++) im2col[j] = got[0][i][j];
+        expect_close(what[i], c->name, got[1][i], im2col, n[i], WINO_ATOL, WINO_RTOL);
+        free(im2col);
+    }
+    for (int i = 0; i < 6; i++) free(got[i / 3][i % 3]);
+    free(x), free(w), free(dout);
+}
+
 static void test_conv_winograd(void) {
     static const ConvCase cases[] = {
         {"winograd 64->64 17x19 p1", 2, 64, 17, 19, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1), false},
@@ -236,51 +289,15 @@ static void test_conv_winograd(void) {
         {"winograd 96->72 15x14 p2x1", 2, 96, 15, 14, 72, 3, 3, P(1, 1, 2, 1, 1, 1, 1), false},
         {"winograd 128->64 one image 26x30", 1, 128, 26, 30, 64, 3, 3, P(1, 1, 1, 1, 1, 1, 1),
          false},
+        {"winograd 40->33 18x18 p1", 2, 40, 18, 18, 33, 3, 3, P(1, 1, 1, 1, 1, 1, 1), false},
     };
-    const Backend *be = backend_need(DEV_CPU);
-    KernelCtx kc = {.n_threads = 2};
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const ConvCase *c = &cases[k];
-        const Conv2dParams *p = &c->p;
-        int64_t OH = out_size(c->H, 3, 1, p->pad_h, 1), OW = out_size(c->W, 3, 1, p->pad_w, 1);
-        int64_t nx = c->B * c->C * c->H * c->W, nw = c->OC * c->C * 9, ny = c->B * c->OC * OH * OW;
-        WinoShape ws;
-        EXPECT(winograd_applies(&ws, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p),
-               "%s: not a Winograd shape", c->name);
-        float *x = rand_floats(nx, 800 + k), *w = rand_floats(nw, 900 + k);
-        float *dout = rand_floats(ny, 1000 + k);
-        double *out = xcalloc((size_t)ny, sizeof(double));
-        double *dx = xcalloc((size_t)nx, sizeof(double)), *dw = xcalloc((size_t)nw, sizeof(double));
-        ref_conv(c, out, dx, dw, NULL, dout, x, w, NULL);
-        float *got[2][3]; // [im2col, winograd][y, dx, dw]
-        for (int wino = 0; wino < 2; wino++) {
-            float *y = got[wino][0] = xmalloc(sizeof(float) * (size_t)ny);
-            float *gx = got[wino][1] = xcalloc((size_t)nx, sizeof(float));
-            float *gw = got[wino][2] = xcalloc((size_t)nw, sizeof(float));
-            conv2d_cpu_use_winograd(wino);
-            be->conv2d_fwd(&kc, y, x, w, NULL, c->B, c->C, c->H, c->W, c->OC, OH, OW, 3, 3, *p);
-            be->conv2d_bwd(&kc, gx, gw, NULL, dout, x, w, c->B, c->C, c->H, c->W, c->OC, OH, OW,
-                           3, 3, *p);
-        }
-        conv2d_cpu_use_winograd(true);
-        expect_close("im2col forward", c->name, got[0][0], out, ny, 1e-4, 1e-4);
-        expect_close("im2col dx", c->name, got[0][1], dx, nx, 1e-4, 1e-4);
-        expect_close("im2col dw", c->name, got[0][2], dw, nw, 1e-3, 1e-4);
-        expect_close("winograd forward", c->name, got[1][0], out, ny, WINO_ATOL, WINO_RTOL);
-        expect_close("winograd dx", c->name, got[1][1], dx, nx, WINO_ATOL, WINO_RTOL);
-        expect_close("winograd dw", c->name, got[1][2], dw, nw, WINO_ATOL, WINO_RTOL);
-        const char *what[3] = {"winograd vs im2col forward", "winograd vs im2col dx",
-                               "winograd vs im2col dw"};
-        const int64_t n[3] = {ny, nx, nw};
-        for (int i = 0; i < 3; i++) {
-            double *im2col = xmalloc(sizeof(double) * (size_t)n[i]);
-            for (int64_t j = 0; j < n[i]; j++) im2col[j] = got[0][i][j];
-            expect_close(what[i], c->name, got[1][i], im2col, n[i], WINO_ATOL, WINO_RTOL);
-            free(im2col);
-        }
-        for (int i = 0; i < 6; i++) free(got[i / 3][i % 3]);
-        free(x), free(w), free(dout), free(out), free(dx), free(dw);
-    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        check_winograd(&cases[k], 800 + 10 * k, true);
+    // 1058 tiles of 64 channels exceed one chunk (CHUNK_FLOATS / (36 * 64) = 896 tiles): two
+    // chunks, dw summed over both. Against im2col only (the float64 reference takes seconds).
+    const ConvCase chunked = {"winograd two chunks", 2, 64, 90, 90, 64, 3, 3,
+                              P(1, 1, 1, 1, 1, 1, 1), false};
+    check_winograd(&chunked, 900, false);
 }
 
 // ---- conv gradchecks, one per path ----

@@ -1,8 +1,8 @@
-/* conv_winograd.c -- Winograd F(m x m, 3x3) for dense 3x3 stride-1 convs (Lavin & Gray 2015,
+/* conv_winograd.c -- Winograd F(4x4, 3x3) for dense 3x3 stride-1 convs (Lavin & Gray 2015,
  * "Fast Algorithms for Convolutional Neural Networks"), forward and both gradients.
  *
- * The output is cut into m x m tiles; tile t of image b reads the a x a input window
- * (a = m + 2) at (ty*m - pad_h, tx*m - pad_w). Per tile and channel pair,
+ * The output is cut into m x m tiles (m = TILE = 4); tile t of image b reads the a x a input
+ * window (a = WIN = m + 2) at (ty*m - pad_h, tx*m - pad_w). Per tile and channel pair,
  *   Y = AT [ (G g G^T) (.) (BT d BT^T) ] AT^T    ((.) elementwise, a x a)
  * so with U[xi] (OC, C) = the weights' transforms and V[xi] (C, tiles) = the windows'
  * transforms, each of the a*a positions xi is one GEMM  M[xi] (OC, tiles) = U[xi] @ V[xi],
@@ -22,7 +22,8 @@
  * depend on the thread count.
  *
  * Accuracy: F(4x4, 3x3)'s transforms have entries up to 8 (AT) and 5 (BT), so float32 rounding
- * grows about 10x over the direct sum; test_ops_conv states and checks the bounds. */
+ * grows about 100x over im2col's direct sum, to ~1e-5 of the outputs' scale; test_ops_conv
+ * states and checks the bounds. */
 #include "kernels/cpu/conv_winograd.h"
 
 #include "kernels/base.h"
@@ -41,6 +42,10 @@
 // The transforms' per-channel loops are compiled for AVX-512 and AVX2 too (chosen at load
 // time by the CPU): LANES = 16 floats are one AVX-512 register.
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The 36 GEMMs of a chunk run side by side, one per thread at a time (OpenBLAS's OpenMP build
+// runs single-threaded inside a parallel region): GEMMs of a few hundred columns split across
+// threads lost more than they gained. Each GEMM's result is the same on any thread.
+#define PAR_GEMMS schedule(static)
 // Transform work (floats moved) below which a transform loop stays on one thread.
 #define PAR_MIN_WORK ((int64_t)1 << 15)
 
@@ -393,6 +398,7 @@ void winograd_conv2d_fwd(KernelCtx *kc, const WinoShape *s, float *out, const fl
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
         const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
         transform_inputs(kc, &pl, V, n, x, t0);
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
         for (int64_t xi = 0; xi < WIN2; xi++) // M[xi] = U[xi] @ V[xi]
             gemm_cpu(kc, false, false, s->OC, n, s->C, 1.0f, U + xi * s->OC * s->C, s->C,
                      V + xi * s->C * n, n, 0.0f, M + xi * s->OC * n, n);
@@ -413,11 +419,13 @@ void winograd_conv2d_bwd(KernelCtx *kc, const WinoShape *s, float *dx, float *dw
         adjoint_outputs(kc, &pl, dM, n, dout, t0);
         if (dw) {
             transform_inputs(kc, &pl, V, n, x, t0);
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
             for (int64_t xi = 0; xi < WIN2; xi++) // dU[xi] (+)= dM[xi] @ V[xi]^T
                 gemm_cpu(kc, false, true, s->OC, s->C, n, 1.0f, dM + xi * s->OC * n, n,
                          V + xi * s->C * n, n, t0 == 0 ? 0.0f : 1.0f, dU + xi * s->OC * s->C, s->C);
         }
         if (dx) { // V is free again: dV[xi] = U[xi]^T @ dM[xi]
+#pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
             for (int64_t xi = 0; xi < WIN2; xi++)
                 gemm_cpu(kc, true, false, s->C, n, s->OC, 1.0f, U + xi * s->OC * s->C, s->C,
                          dM + xi * s->OC * n, n, 0.0f, V + xi * s->C * n, n);
