@@ -3,8 +3,8 @@
  * Then where one more step's time goes: forward per module type, forward per op (sampled) and
  * backward per op (each node's backward wrapped in a timer). The step has 200 denoising
  * queries and a weighted-sum stand-in for the loss. Last, rtdetr-l's 640-px forward output
- * shapes. Prints timings only, never fails on them. PyTorch 1.13 on this kind of CPU: 3.0 s
- * (1 thread) and 2.2 s (2 threads) per full training step, peak RSS 2.1 GB. */
+ * shapes. Prints timings only, never fails on them. PyTorch's figures come from the same run
+ * only: bench_torch.c. */
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -245,7 +245,7 @@ int main(void) {
     printf("rtdetr-l training step: %dx%d, batch %d, %d denoising queries, median of %d after "
            "1 warm-up\n",
            SIZE, SIZE, BATCH, 2 * DN_GROUPS * DN_GT, STEPS);
-    printf("PyTorch 1.13 CPU reference: 3.0 s (1 thread), 2.2 s (2 threads), peak RSS 2.1 GB\n\n");
+    printf("(PyTorch side by side, full training steps: make bench BENCH=torch)\n\n");
     printf("threads  forward  backward   step    step arena  peak RSS\n");
     for (int threads = 1; threads <= 2; threads++) {
         be->set_threads(threads);
