@@ -343,7 +343,7 @@ int main(void) {
         if (st.out_bytes[f] > 0) printf(" %s %.0f", family_name[f], mb(st.out_bytes[f]));
     printf("; the rest %.0f (saved contexts: attention weights, masks, indices)\n",
            mb((double)st.arena_at_loss - outs));
-    printf("    added by backward: %.0f (gradients no released buffer of their size could take)\n",
+    printf("    added by backward: %.0f (gradients and temporaries no released buffer could take)\n",
            mb(step_data - (double)st.arena_at_loss));
     printf("  DDP buckets: none (one process)\n");
     printf("  peak RSS %.0f; not in the above %.0f (libraries, im2col scratch, the allocator)\n",

@@ -32,9 +32,9 @@
 #define IMGSZ 96
 #define BATCH 2
 // The peak with the release, at most this share of the peak without: memory accounting is
-// deterministic; measured 33.1 / 35.3 MB = 0.94 (rtdetr-tiny at 96 px, where the decoder's
+// deterministic; measured 33.1 / 35.9 MB = 0.92 (rtdetr-tiny at 96 px, where the decoder's
 // 300 queries outweigh the image: its last layer's gradients come before any release; on
-// rtdetr-l at 320 px backward adds 65 MB to 806 instead of 142: tests/bench_families.c).
+// rtdetr-l at 320 px backward adds 72 MB to the forward's 714: tests/bench_families.c).
 #define RELEASE_PEAK 0.95
 
 typedef struct Step {

@@ -26,10 +26,10 @@ void tape_init(Tape *t, Arena *arena, int n_threads) {
 // The free lists live on the host (the buffers are backend memory, which host code may not
 // touch): per size, a stack of buffer pointers. tape_reset empties the stacks (their buffers
 // are the step arena's) but keeps their storage. A request takes a buffer of its own size, or
-// else the smallest free one of at most twice its size (a gradient seldom has the size of
-// the activation just released: rtdetr-l's backward at 320 px added 142 MB to
-// the forward's 806 with exact sizes only, 65 MB with the nearest larger buffer); the tail of a larger buffer is lost until the step
-// ends (the buffer comes back under the size of the tensor that used it).
+// else the smallest free one of at most twice its size (a gradient seldom has the size of the
+// activation just released: rtdetr-l's backward at 320 px added 142 MB to the forward's 806
+// with exact sizes only, 65 MB with the nearest larger buffer); the tail of a larger buffer is
+// lost until the step ends (the buffer comes back under the size of the tensor that used it).
 #define POOL_SLOTS 1024 // open addressing; distinct gradient sizes of one model are far fewer
 #define POOL_FIT_MIN ((int64_t)1 << 14) // smaller requests take their own size only
 

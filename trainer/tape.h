@@ -59,8 +59,8 @@ struct Tape {
     GradReadyFn on_grad_ready;
     void *hook_user;
     // Backward releases a node's output gradients once the node has run (PyTorch frees them
-    // too), and tape_grad reuses released buffers of the same size: peak memory holds the
-    // live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
+    // too), and tape_grad reuses released buffers (tape_take: the same size, or the nearest
+    // larger one): peak memory holds the live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
     bool keep_grads;
     // release_activations (PyTorch's backward without retain_graph, which frees what each
     // node saved once it has run): once a node's backward has run, the data of its outputs

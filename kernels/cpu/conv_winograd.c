@@ -278,7 +278,7 @@ static void adjoint_weights(KernelCtx *kc, const Plan *pl, float *dw, const floa
 
 // V[xi] (C, n) = (BT d BT^T)[xi] for the windows d of x of tiles t0 .. t0+n-1.
 VECTOR_CLONES static void transform_inputs_channel(const Plan *pl, const Windows *win, float *V,
-                                                   int64_t n, const float *x, int64_t t0,
+                                                   const float *x, int64_t n, int64_t t0,
                                                    int64_t c) {
     const WinoShape *s = pl->s;
     for (int64_t g = 0; g < n; g += LANES) {
@@ -290,18 +290,9 @@ VECTOR_CLONES static void transform_inputs_channel(const Plan *pl, const Windows
     }
 }
 
-// transform_inputs: transform_inputs_channel over all channels, parallel.
-static void transform_inputs(KernelCtx *kc, const Plan *pl, float *V, int64_t n, const float *x,
-                             int64_t t0) {
-    const WinoShape *s = pl->s;
-    const Windows win = input_windows(pl);
-#pragma omp parallel for num_threads(kc->n_threads) if (s->C * n * WIN2 > PAR_MIN_WORK)
-    for (int64_t c = 0; c < s->C; c++)
-        transform_inputs_channel(pl, &win, V, n, x, t0, c);
-}
-
 // dx += B dV[., c, t] BT over the windows of tiles t0 .. t0+n-1, the adjoint of
-// transform_inputs. Channel c's plane only receives channel c's windows: parallel over c.
+// transform_inputs_channel. Channel c's plane only receives channel c's windows, so channels
+// run in parallel.
 VECTOR_CLONES static void adjoint_inputs_channel(const Plan *pl, const Windows *win, float *dx,
                                                  const float *dV, int64_t n, int64_t t0,
                                                  int64_t c) {
@@ -313,16 +304,6 @@ VECTOR_CLONES static void adjoint_inputs_channel(const Plan *pl, const Windows *
         transform(BT, WIN, WIN, 1, WIN, v, d); // B v BT
         scatter_windows(pl, win, dx + c * s->H * s->W, t0 + g, d, true);
     }
-}
-
-// adjoint_inputs: adjoint_inputs_channel over all channels, parallel.
-static void adjoint_inputs(KernelCtx *kc, const Plan *pl, float *dx, const float *dV, int64_t n,
-                           int64_t t0) {
-    const WinoShape *s = pl->s;
-    const Windows win = input_windows(pl);
-#pragma omp parallel for num_threads(kc->n_threads) if (s->C * n * WIN2 > PAR_MIN_WORK)
-    for (int64_t c = 0; c < s->C; c++)
-        adjoint_inputs_channel(pl, &win, dx, dV, n, t0, c);
 }
 
 // out (tiles t0 .. t0+n-1) = AT M[., oc, t] AT^T.
@@ -339,20 +320,10 @@ VECTOR_CLONES static void transform_outputs_channel(const Plan *pl, const Window
     }
 }
 
-// transform_outputs: transform_outputs_channel over all channels, parallel.
-static void transform_outputs(KernelCtx *kc, const Plan *pl, float *out, const float *M, int64_t n,
-                              int64_t t0) {
-    const WinoShape *s = pl->s;
-    const Windows win = output_windows(pl);
-#pragma omp parallel for num_threads(kc->n_threads) if (s->OC * n * WIN2 > PAR_MIN_WORK)
-    for (int64_t oc = 0; oc < s->OC; oc++)
-        transform_outputs_channel(pl, &win, out, M, n, t0, oc);
-}
-
 // dM[xi] (OC, n) = (A dY AT)[xi] for the output windows dY of dout, the adjoint of
-// transform_outputs.
+// transform_outputs_channel.
 VECTOR_CLONES static void adjoint_outputs_channel(const Plan *pl, const Windows *win, float *dM,
-                                                  int64_t n, const float *dout, int64_t t0,
+                                                  const float *dout, int64_t n, int64_t t0,
                                                   int64_t oc) {
     const WinoShape *s = pl->s;
     for (int64_t g = 0; g < n; g += LANES) {
@@ -364,14 +335,21 @@ VECTOR_CLONES static void adjoint_outputs_channel(const Plan *pl, const Windows 
     }
 }
 
-// adjoint_outputs: adjoint_outputs_channel over all channels, parallel.
-static void adjoint_outputs(KernelCtx *kc, const Plan *pl, float *dM, int64_t n, const float *dout,
-                            int64_t t0) {
+// One of the four per-channel tile transforms above: channel c's windows of tiles
+// t0 .. t0+n-1 between the plane(s) of src and dst.
+typedef void (*ChannelTransform)(const Plan *pl, const Windows *win, float *dst,
+                                 const float *src, int64_t n, int64_t t0, int64_t c);
+
+// fn over channels 0 .. n_channels-1, parallel (each channel writes only its own rows of dst,
+// or its own plane), with the windows of the input (x, dx) or of the output (out, dout).
+static void over_channels(KernelCtx *kc, const Plan *pl, ChannelTransform fn, bool input_side,
+                          float *dst, const float *src, int64_t n, int64_t t0) {
     const WinoShape *s = pl->s;
-    const Windows win = output_windows(pl);
-#pragma omp parallel for num_threads(kc->n_threads) if (s->OC * n * WIN2 > PAR_MIN_WORK)
-    for (int64_t oc = 0; oc < s->OC; oc++)
-        adjoint_outputs_channel(pl, &win, dM, n, dout, t0, oc);
+    const int64_t n_channels = input_side ? s->C : s->OC;
+    const Windows win = input_side ? input_windows(pl) : output_windows(pl);
+#pragma omp parallel for num_threads(kc->n_threads) if (n_channels * n * WIN2 > PAR_MIN_WORK)
+    for (int64_t c = 0; c < n_channels; c++)
+        fn(pl, &win, dst, src, n, t0, c);
 }
 
 // ---- entry points ----
@@ -397,12 +375,12 @@ void winograd_conv2d_fwd(KernelCtx *kc, const WinoShape *s, float *out, const fl
     transform_weights(kc, &pl, U, w);
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
         const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
-        transform_inputs(kc, &pl, V, n, x, t0);
+        over_channels(kc, &pl, transform_inputs_channel, true, V, x, n, t0);
 #pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
         for (int64_t xi = 0; xi < WIN2; xi++) // M[xi] = U[xi] @ V[xi]
             gemm_cpu(kc, false, false, s->OC, n, s->C, 1.0f, U + xi * s->OC * s->C, s->C,
                      V + xi * s->C * n, n, 0.0f, M + xi * s->OC * n, n);
-        transform_outputs(kc, &pl, out, M, n, t0);
+        over_channels(kc, &pl, transform_outputs_channel, false, out, M, n, t0);
     }
 }
 
@@ -416,9 +394,9 @@ void winograd_conv2d_bwd(KernelCtx *kc, const WinoShape *s, float *dx, float *dw
     if (dx) transform_weights(kc, &pl, U, w);
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
         const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
-        adjoint_outputs(kc, &pl, dM, n, dout, t0);
+        over_channels(kc, &pl, adjoint_outputs_channel, false, dM, dout, n, t0);
         if (dw) {
-            transform_inputs(kc, &pl, V, n, x, t0);
+            over_channels(kc, &pl, transform_inputs_channel, true, V, x, n, t0);
 #pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
             for (int64_t xi = 0; xi < WIN2; xi++) // dU[xi] (+)= dM[xi] @ V[xi]^T
                 gemm_cpu(kc, false, true, s->OC, s->C, n, 1.0f, dM + xi * s->OC * n, n,
@@ -429,7 +407,7 @@ void winograd_conv2d_bwd(KernelCtx *kc, const WinoShape *s, float *dx, float *dw
             for (int64_t xi = 0; xi < WIN2; xi++)
                 gemm_cpu(kc, true, false, s->C, n, s->OC, 1.0f, U + xi * s->OC * s->C, s->C,
                          dM + xi * s->OC * n, n, 0.0f, V + xi * s->C * n, n);
-            adjoint_inputs(kc, &pl, dx, V, n, t0);
+            over_channels(kc, &pl, adjoint_inputs_channel, true, dx, V, n, t0);
         }
     }
     if (dw) adjoint_weights(kc, &pl, dw, dU);

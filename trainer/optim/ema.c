@@ -79,14 +79,24 @@ static void average_piece(void *ctx, int k, int64_t begin, int64_t end) {
 }
 
 // The model's tensor behind array k (NULL for a counter).
-static const Tensor *array_tensor(const Registry *model, int k) {
+static Tensor *array_tensor(const Registry *model, int k) {
     return k < model->n_params ? model->params[k] : model->buffers[k - model->n_params].t;
 }
 
-void ema_update(Ema *e, const Registry *model) {
+// The EMA's copy of array k (host), for a parameter or a float buffer.
+static float *ema_array(const Ema *e, int k) {
+    return k < e->n_params ? e->params + e->param_offset[k]
+                           : e->buffers + e->buffer_offset[k - e->n_params];
+}
+
+static void check_same_model(const Ema *e, const Registry *model) {
     CHECK(model->n_params == e->n_params && model->n_buffers == e->n_buffers,
           "EMA made from another model (%d/%d params, %d/%d buffers)", model->n_params, e->n_params,
           model->n_buffers, e->n_buffers);
+}
+
+void ema_update(Ema *e, const Registry *model) {
+    check_same_model(e, model);
     e->updates++;
     double d = ema_decay_at(e, e->updates);
     int n_arrays = e->n_params + e->n_buffers;
@@ -98,8 +108,7 @@ void ema_update(Ema *e, const Registry *model) {
     for (int k = 0; k < n_arrays; k++) {
         const Tensor *t = array_tensor(model, k);
         if (!t) continue;
-        pass.ema[k] = k < e->n_params ? e->params + e->param_offset[k]
-                                      : e->buffers + e->buffer_offset[k - e->n_params];
+        pass.ema[k] = ema_array(e, k);
         pass.model[k] = host_map(t->dev, t->data, t->n, true);
         lengths[k] = t->n;
     }
@@ -125,16 +134,15 @@ static void swap_values(float *v, Tensor *t) {
 }
 
 void ema_swap(Ema *e, Registry *model) {
-    CHECK(model->n_params == e->n_params && model->n_buffers == e->n_buffers,
-          "EMA made from another model");
-    for (int i = 0; i < e->n_params; i++) swap_values(e->params + e->param_offset[i], model->params[i]);
-    for (int b = 0; b < e->n_buffers; b++) {
-        RegBuffer *rb = &model->buffers[b];
-        if (rb->t) {
-            swap_values(e->buffers + e->buffer_offset[b], rb->t);
-        } else {
-            int64_t keep = *rb->count;
-            *rb->count = e->counters[b];
+    check_same_model(e, model);
+    for (int k = 0; k < e->n_params + e->n_buffers; k++) {
+        Tensor *t = array_tensor(model, k);
+        if (t) {
+            swap_values(ema_array(e, k), t);
+        } else { // a counter (buffers only)
+            int b = k - e->n_params;
+            int64_t keep = *model->buffers[b].count;
+            *model->buffers[b].count = e->counters[b];
             e->counters[b] = keep;
         }
     }
