@@ -213,6 +213,11 @@ typedef struct Backend {
                                const float *inp, const float *running_mean,
                                const float *running_var, const float *weight, const float *bias,
                                int64_t B, int64_t C, int64_t HW, double eps);
+    // out = the normalisation either forward applied, again, from its save_mean and
+    // save_invstd (C): the same bits as that forward's out (backward recomputation).
+    void (*batchnorm_apply)(KernelCtx *kc, float *out, const float *inp, const float *weight,
+                            const float *bias, const float *save_mean, const float *save_invstd,
+                            int64_t B, int64_t C, int64_t HW);
     // Gradients of either forward from dout (B, C, HW): dinp (B, C, HW), dweight, dbias (C),
     // each NULL when not wanted. training: dinp includes the terms through the batch mean
     // and variance. save_mean, save_invstd as the forward wrote them. ACCUMULATES.

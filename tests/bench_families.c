@@ -87,6 +87,30 @@ static double bwd_secs[F_N];
 static TimedInfo infos[128];
 static int n_infos;
 
+// Bytes of the outputs held at the loss, by op name (the last step's).
+static const char *kept_op[64];
+static double kept_bytes[64];
+static int n_kept;
+
+static void note_kept(const char *op, double bytes) {
+    int j = 0;
+    while (j < n_kept && strcmp(kept_op[j], op)) j++;
+    if (j == 64) return;
+    if (j == n_kept) kept_op[n_kept] = op, kept_bytes[n_kept++] = 0;
+    kept_bytes[j] += bytes;
+}
+
+// Recomputations of dropped outputs (tape_drop), timed apart from the backward.
+static double recompute_secs;
+static void timed_recompute(Tape *t, Node *n) {
+    TimedInfo *ti = (TimedInfo *)n->info;
+    n->info = ti->orig;
+    double t0 = bench_now();
+    ti->orig->recompute(t, n);
+    recompute_secs += bench_now() - t0;
+    n->info = &ti->wrap;
+}
+
 static void timed_backward(Tape *t, Node *n) {
     TimedInfo *ti = (TimedInfo *)n->info;
     n->info = ti->orig;
@@ -138,6 +162,8 @@ typedef struct StepTimes {
     int64_t n_fwd_nodes;          // nodes of the model's forward; the loss's follow
     size_t arena_at_loss;         // the step arena's data half once the loss is computed
     double out_bytes[F_N];        // then: bytes of the recorded outputs that own their data
+                                  // and hold it at the loss
+    double dropped_bytes[F_N];    // and of those dropped in the forward (tape_drop)
 } StepTimes;
 
 static StepTimes run_step(Bench *b, bool profile) {
@@ -165,11 +191,17 @@ static StepTimes run_step(Bench *b, bool profile) {
     Tensor *loss = loss_criterion(t, &cfg, &o, h.active ? &h.group : NULL, &b->tg, NULL, NULL);
     double t2 = bench_now();
     st.arena_at_loss = t->arena->data.used;
+    n_kept = 0;
     for (int64_t i = 0; i < t->n_nodes; i++) {
         const Node *n = t->nodes[i];
         int fam = i >= st.n_fwd_nodes ? F_LOSS : family_of_op(n->info->name);
         for (int k = 0; k < n->n_out; k++)
-            if (n->out[k]->owns_data) st.out_bytes[fam] += 4.0 * (double)n->out[k]->n;
+            if (n->out[k]->owns_data && !n->out[k]->dropped && fam != F_LOSS)
+                note_kept(n->info->name, 4.0 * (double)n->out[k]->n);
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k]->owns_data)
+                *(n->out[k]->dropped ? &st.dropped_bytes[fam] : &st.out_bytes[fam]) +=
+                    4.0 * (double)n->out[k]->n;
     }
     if (profile) sampling(NULL);
     st.fwd = t1 - t0;
@@ -183,7 +215,10 @@ static StepTimes run_step(Bench *b, bool profile) {
             while (k < n_infos && (infos[k].orig != n->info || infos[k].family != fam)) k++;
             if (k == n_infos) {
                 CHECK(n_infos < 128, "more than 128 op kinds");
-                infos[n_infos++] = (TimedInfo){{n->info->name, timed_backward}, n->info, fam, 0};
+                infos[n_infos] = (TimedInfo){*n->info, n->info, fam, 0};
+                infos[n_infos].wrap.backward = timed_backward;
+                if (n->info->recompute) infos[n_infos].wrap.recompute = timed_recompute;
+                n_infos++;
             }
             n->info = &infos[k].wrap;
         }
@@ -271,6 +306,7 @@ int main(void) {
     printf("median step %.3f s\n", step[STEPS / 2]);
 
     memset(bwd_secs, 0, sizeof bwd_secs);
+    recompute_secs = 0;
     StepTimes st = run_step(&b, true);
     double total = st.fwd + st.loss + st.bwd + st.optim;
     double fwd[F_N] = {0}, flops[F_N] = {0};
@@ -300,8 +336,11 @@ int main(void) {
         else
             printf(" %8s %8s %8s\n", "-", "-", "-");
     }
-    printf("  %-17s %8s %7.3fs %7.3fs %5.1f%%\n", "autograd engine", "", st.bwd - bwd_ops,
-           st.bwd - bwd_ops, 100.0 * (st.bwd - bwd_ops) / total);
+    printf("  %-17s %8s %7.3fs %7.3fs %5.1f%%  (of the dropped activations)\n", "recompute", "",
+           recompute_secs, recompute_secs, 100.0 * recompute_secs / total);
+    double engine = st.bwd - bwd_ops - recompute_secs;
+    printf("  %-17s %8s %7.3fs %7.3fs %5.1f%%\n", "autograd engine", "", engine, engine,
+           100.0 * engine / total);
     // the elementwise family's largest backward ops (a name can appear in several families)
     printf("  elementwise+rest, backward by op:");
     for (int shown = 0; shown < 8; shown++) {
@@ -341,8 +380,25 @@ int main(void) {
            mb(outs));
     for (int f = 0; f < F_N; f++)
         if (st.out_bytes[f] > 0) printf(" %s %.0f", family_name[f], mb(st.out_bytes[f]));
-    printf("; the rest %.0f (saved contexts: attention weights, masks, indices)\n",
-           mb((double)st.arena_at_loss - outs));
+    printf("; the rest %.0f (saved contexts: attention weights, masks, indices; blocks "
+           "dropped and not yet reused)\n", mb((double)st.arena_at_loss - outs));
+    // the largest kept outputs by op (what a further drop could target)
+    printf("      kept by op:");
+    for (int shown = 0; shown < 10; shown++) {
+        int best = -1;
+        for (int j = 0; j < n_kept; j++)
+            if (kept_bytes[j] > 0 && (best < 0 || kept_bytes[j] > kept_bytes[best])) best = j;
+        if (best < 0) break;
+        printf(" %s %.0f", kept_op[best], mb(kept_bytes[best]));
+        kept_bytes[best] = -1;
+    }
+    printf("\n");
+    double dropped = 0;
+    for (int f = 0; f < F_N; f++) dropped += st.dropped_bytes[f];
+    printf("    dropped in the forward, recomputed in backward (tape_drop): %.0f:", mb(dropped));
+    for (int f = 0; f < F_N; f++)
+        if (st.dropped_bytes[f] > 0) printf(" %s %.0f", family_name[f], mb(st.dropped_bytes[f]));
+    printf("\n");
     printf("    added by backward: %.0f (gradients and temporaries no released buffer could take)\n",
            mb(step_data - (double)st.arena_at_loss));
     printf("  DDP buckets: none (one process)\n");

@@ -8,10 +8,12 @@
  *                           failed)
  *   test_device_step cuda   CUDA only (tests/gpu/check.sh): exit 77 without a CUDA build or GPU
  *
- * Every step runs as the training loop does, releasing each activation once backward is done
- * with it (tape.h, release_activations). The CPU step also runs without that release, to show
- * that the release changes no bit of the loss or the gradients and lowers the step arena's
- * peak (backward's gradients reuse the released buffers) to at most RELEASE_PEAK of it.
+ * Every step runs as the training loop does, dropping the layers' recomputable activations in
+ * the forward (tape_drop, recomputed in backward) and releasing each activation once backward
+ * is done with it (tape.h, release_activations). The CPU step also runs without either, to
+ * show that they change no bit of the loss or the gradients, lower the step arena's use at
+ * the loss to at most DROP_AT_LOSS of it (later layers reuse what was dropped) and its peak to
+ * at most RELEASE_PEAK (backward's gradients reuse the released buffers too).
  *
  * CUDA tolerance: each loss term within 1e-4 relative (+1e-5 absolute), each gradient tensor
  * within 2e-3 of its largest magnitude (max |g_cuda - g_cpu| <= 2e-3 * max |g_cpu| + 1e-6).
@@ -31,11 +33,14 @@
 
 #define IMGSZ 96
 #define BATCH 2
-// The peak with the release, at most this share of the peak without: memory accounting is
-// deterministic; measured 33.1 / 35.9 MB = 0.92 (rtdetr-tiny at 96 px, where the decoder's
-// 300 queries outweigh the image: its last layer's gradients come before any release; on
-// rtdetr-l at 320 px backward adds 72 MB to the forward's 714: tests/bench_families.c).
-#define RELEASE_PEAK 0.95
+// With the drops and the release, at most these shares of the use at the loss and the peak
+// without: memory accounting is deterministic; measured 22.6 / 27.0 MB = 0.84 and 27.7 / 32.2
+// MB = 0.86 (rtdetr-tiny at 96 px, where the decoder's 300 queries outweigh the image, and
+// its last layer's gradients come before any release; rtdetr-l at
+// 320 px: 446 MB at the loss, 488 at the peak, against 714 and 786 before the drops:
+// tests/bench_families.c).
+#define DROP_AT_LOSS 0.90
+#define RELEASE_PEAK 0.90
 
 typedef struct Step {
     LossItems items;
@@ -45,10 +50,20 @@ typedef struct Step {
     size_t at_loss, arena_peak; // the step arena's data half once the loss is computed; its peak
 } Step;
 
-static void run_step(Device dev, bool release, Step *s) {
+static void run_step(Device dev, const char *model, int imgsz, bool release, Step *s) {
     char err[512];
     Rtdetr m;
-    CHECK(rtdetr_init_on(&m, dev, "rtdetr-tiny", 3, 5, err, sizeof err) == 0, "%s", err);
+    CHECK(rtdetr_init_on(&m, dev, model, 3, 5, err, sizeof err) == 0, "%s", err);
+    // Vectors (biases, norm weights) away from their fresh 0 and 1, so that every term of a
+    // normalisation, in the forward and in its recomputation, moves the result.
+    for (int i = 0; i < m.reg.n_params; i++) {
+        Tensor *p = m.reg.params[i];
+        if (p->ndim != 1) continue;
+        float *v = tensor_host_copy(p);
+        for (int64_t j = 0; j < p->n; j++) v[j] += 0.05f * sinf((float)(i + j));
+        tensor_write(p, v);
+        free(v);
+    }
     Arena arena;
     arena_init(&arena, dev, 0);
     Tape t;
@@ -59,10 +74,10 @@ static void run_step(Device dev, bool release, Step *s) {
     // The batch: pixels from a fixed stream, three boxes in image 0 and one in image 1.
     Rng rng;
     rng_init(&rng, 17);
-    int64_t n = (int64_t)BATCH * 3 * IMGSZ * IMGSZ;
+    int64_t n = (int64_t)BATCH * 3 * imgsz * imgsz;
     float *pixels = xmalloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) pixels[i] = rng_range(&rng, 0.0f, 1.0f);
-    Tensor *images = tensor_4d(&arena, BATCH, 3, IMGSZ, IMGSZ);
+    Tensor *images = tensor_4d(&arena, BATCH, 3, imgsz, imgsz);
     tensor_write(images, pixels);
     free(pixels);
     static const int cls[] = {0, 2, 1, 1}, counts[] = {3, 1};
@@ -154,29 +169,41 @@ int main(int argc, char **argv) {
     if (cuda_only && !have_gpu) SKIP("%s", why);
 
     Step cpu = {0};
-    run_step(DEV_CPU, true, &cpu);
+    run_step(DEV_CPU, "rtdetr-tiny", IMGSZ, true, &cpu);
     EXPECT(isfinite(cpu.items.total) && cpu.items.total > 0, "cpu loss %g", cpu.items.total);
     if (!cuda_only) {
         Step kept = {0};
-        run_step(DEV_CPU, false, &kept);
+        run_step(DEV_CPU, "rtdetr-tiny", IMGSZ, false, &kept);
         compare("cpu, activations kept", &cpu, &kept, true);
         printf("step arena: %.1f MB at the loss; peak %.1f MB with the release, %.1f MB without\n",
                (double)cpu.at_loss / 1048576.0, (double)cpu.arena_peak / 1048576.0,
                (double)kept.arena_peak / 1048576.0);
-        EXPECT(cpu.at_loss == kept.at_loss, "the forward's memory differs: %zu vs %zu", cpu.at_loss,
-               kept.at_loss);
+        printf("step arena at the loss: %.1f MB with the drops, %.1f MB without\n",
+               (double)cpu.at_loss / 1048576.0, (double)kept.at_loss / 1048576.0);
+        EXPECT((double)cpu.at_loss <= DROP_AT_LOSS * (double)kept.at_loss,
+               "at the loss %zu with the drops, %zu without: want at most %.2f of it", cpu.at_loss,
+               kept.at_loss, DROP_AT_LOSS);
         EXPECT((double)cpu.arena_peak <= RELEASE_PEAK * (double)kept.arena_peak,
                "peak %zu with the release, %zu without: want at most %.2f of it", cpu.arena_peak,
                kept.arena_peak, RELEASE_PEAK);
         step_free(&kept);
         Step fake = {0};
-        run_step(DEV_FAKE, true, &fake);
+        run_step(DEV_FAKE, "rtdetr-tiny", IMGSZ, true, &fake);
         compare("fake", &cpu, &fake, true);
         step_free(&fake);
+        // ResNetLayer (the other backbone): the drops change no bit there either
+        Step r_drop = {0}, r_kept = {0};
+        run_step(DEV_CPU, "rtdetr-resnet50", 160, true, &r_drop);
+        run_step(DEV_CPU, "rtdetr-resnet50", 160, false, &r_kept);
+        compare("rtdetr-resnet50, activations kept", &r_drop, &r_kept, true);
+        EXPECT(r_drop.at_loss < r_kept.at_loss, "rtdetr-resnet50: %zu at the loss with the drops, "
+               "%zu without", r_drop.at_loss, r_kept.at_loss);
+        step_free(&r_drop);
+        step_free(&r_kept);
     }
     if (have_gpu) {
         Step gpu = {0};
-        run_step(DEV_CUDA, true, &gpu);
+        run_step(DEV_CUDA, "rtdetr-tiny", IMGSZ, true, &gpu);
         compare("cuda", &cpu, &gpu, false);
         step_free(&gpu);
     } else {

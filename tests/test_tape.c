@@ -3,6 +3,9 @@
  * and add) so that the engine is tested apart from the real op library. Expected orders are
  * PyTorch's (torch 1.13 and 2.x engine: max-heap on sequence_nr, AccumulateGrad first);
  * tests/test_hooks_torch.c checks the same against orders recorded from PyTorch itself. */
+#include <math.h>
+#include <string.h>
+
 #include "tests/expect.h"
 #include "trainer/tape.h"
 
@@ -20,7 +23,7 @@ static void mul_backward(Tape *t, Node *n) {
         for (int64_t i = 0; i < y->n; i++) gb[i] += y->grad[i] * a->data[i];
     }
 }
-static const OpInfo mul_info = {"mul", mul_backward};
+static const OpInfo mul_info = {.name = "mul", .backward = mul_backward};
 
 static Tensor *mul(Tape *t, Tensor *a, Tensor *b) {
     Tensor *y = tensor_like(t->arena, a);
@@ -36,7 +39,7 @@ static void add_backward(Tape *t, Node *n) {
         for (int64_t i = 0; i < n->out[0]->n; i++) g[i] += n->out[0]->grad[i];
     }
 }
-static const OpInfo add_info = {"add", add_backward};
+static const OpInfo add_info = {.name = "add", .backward = add_backward};
 
 static Tensor *add(Tape *t, Tensor *a, Tensor *b) {
     Tensor *y = tensor_like(t->arena, a);
@@ -50,7 +53,7 @@ static void sum_backward(Tape *t, Node *n) {
     float *g = tape_grad(t, n->in[0]);
     for (int64_t i = 0; i < n->in[0]->n; i++) g[i] += n->out[0]->grad[0];
 }
-static const OpInfo sum_info = {"sum", sum_backward};
+static const OpInfo sum_info = {.name = "sum", .backward = sum_backward};
 
 static Tensor *sum(Tape *t, Tensor *x) {
     Tensor *y = tensor_scalar(t->arena, 0);
@@ -232,7 +235,7 @@ static void test_no_grad(void) {
 static void four_backward(Tape *t, Node *n) {
     for (int k = 0; k < 4; k++) tape_grad(t, n->in[k])[0] += n->out[0]->grad[0];
 }
-static const OpInfo four_info = {"four", four_backward};
+static const OpInfo four_info = {.name = "four", .backward = four_backward};
 
 static void test_four_way_tie(void) {
     Fixture f;
@@ -265,8 +268,146 @@ static void test_arena_regrows_once(void) {
     arena_free(&a);
 }
 
+// Given-back blocks: small ones (under 64 KiB) by their own size only; large ones are carved
+// (the smallest that holds the request, from its start) and merged with free neighbours; what
+// comes back from them does not count as new use; a reset forgets them all.
+static void test_arena_gives_back(void) {
+    Arena a;
+    arena_init(&a, DEV_CPU, 1 << 22);
+    char *big = arena_alloc_data(&a, 300 << 10);
+    arena_alloc_data(&a, 64); // keeps big and mid apart
+    char *mid = arena_alloc_data(&a, 200 << 10), *next = arena_alloc_data(&a, 100 << 10);
+    void *small = arena_alloc_data(&a, 1000);
+    arena_give_data(&a, big, 300 << 10);
+    arena_give_data(&a, mid, 200 << 10);
+    arena_give_data(&a, small, 1000);
+    size_t used = a.data.used;
+    EXPECT(arena_alloc_data(&a, 500) != small, "a 500-byte request took a 1000-byte block");
+    EXPECT(arena_alloc_data(&a, 1000) == small, "the same small size did not come back");
+    used = a.data.used;
+    EXPECT(arena_alloc_data(&a, 136 << 10) == mid, "136 KiB should take the 200 KiB block");
+    EXPECT(arena_alloc_data(&a, 64 << 10) == mid + (136 << 10), "the rest of mid was not carved");
+    EXPECT(arena_alloc_data(&a, 250 << 10) == big, "250 KiB should take the 300 KiB block");
+    EXPECT(a.data.used == used, "given-back blocks counted as new use: %zu -> %zu", used,
+           a.data.used);
+    arena_give_data(&a, mid, 136 << 10);
+    arena_give_data(&a, next, 100 << 10);
+    arena_give_data(&a, mid + (136 << 10), 64 << 10); // joins both neighbours
+    EXPECT(arena_alloc_data(&a, 300 << 10) == mid, "mid and next did not merge into 300 KiB");
+    arena_give_data(&a, mid, 300 << 10);
+    arena_reset(&a);
+    EXPECT(arena_alloc_data(&a, 64) == big, "the block did not restart after the reset");
+    EXPECT(arena_alloc_data(&a, 300 << 10) != mid, "a reset kept a given-back block");
+    arena_free(&a);
+}
+
+// ---- dropped activations: three more local ops ----
+// twice: y = 2x, recomputable; counts its recomputations.
+static int n_twice_recomputed;
+static void twice_backward(Tape *t, Node *n) {
+    float *g = tape_grad(t, n->in[0]);
+    for (int64_t i = 0; i < n->out[0]->n; i++) g[i] += 2.0f * n->out[0]->grad[i];
+}
+static void twice_recompute(Tape *t, Node *n) {
+    (void)t;
+    n_twice_recomputed++;
+    for (int64_t i = 0; i < n->out[0]->n; i++) n->out[0]->data[i] = 2.0f * n->in[0]->data[i];
+}
+static const OpInfo twice_info = {
+    .name = "twice", .backward = twice_backward, .recompute = twice_recompute};
+static Tensor *twice(Tape *t, Tensor *x) {
+    Tensor *y = tensor_like(t->arena, x);
+    for (int64_t i = 0; i < y->n; i++) y->data[i] = 2.0f * x->data[i];
+    tape_record(t, &twice_info, &x, 1, &y, 1);
+    return y;
+}
+// square_: x = x * x in place (a view of x comes back), recomputable in place; its backward
+// reads the input's data, which then holds x^2: dx = dy * 2 sqrt(x^2) for x >= 0.
+static void square_backward(Tape *t, Node *n) {
+    float *g = tape_grad(t, n->in[0]);
+    for (int64_t i = 0; i < n->out[0]->n; i++)
+        g[i] += 2.0f * sqrtf(n->in[0]->data[i]) * n->out[0]->grad[i];
+}
+static void square_recompute(Tape *t, Node *n) {
+    (void)t;
+    for (int64_t i = 0; i < n->in[0]->n; i++) n->in[0]->data[i] *= n->in[0]->data[i];
+}
+static const OpInfo square_info = {.name = "square_",
+                                   .backward = square_backward,
+                                   .recompute = square_recompute,
+                                   .in_place = true};
+static Tensor *square_(Tape *t, Tensor *x) {
+    for (int64_t i = 0; i < x->n; i++) x->data[i] *= x->data[i];
+    Tensor *y = tensor_view(t->arena, x->data, x->ndim, x->shape);
+    tape_record(t, &square_info, &x, 1, &y, 1);
+    return y;
+}
+// view: y shares x's data (a reshape).
+static void view_backward(Tape *t, Node *n) {
+    float *g = tape_grad(t, n->in[0]);
+    for (int64_t i = 0; i < n->out[0]->n; i++) g[i] += n->out[0]->grad[i];
+}
+static const OpInfo view_info = {.name = "view", .backward = view_backward};
+static Tensor *view(Tape *t, Tensor *x) {
+    Tensor *y = tensor_view(t->arena, x->data, x->ndim, x->shape);
+    tape_record(t, &view_info, &x, 1, &y, 1);
+    return y;
+}
+
+// loss = sum(square_(twice(x p0)) p1) + sum(twice(x p2) p3), dropping what `drop` allows once
+// the forward has read it; the gradients of p0..p3 and the hook order must not depend on it.
+static void drop_step(bool drop, float grads[4][3], Rec *rec) {
+    Fixture f;
+    setup(&f);
+    Tape *t = &f.tape;
+    t->release_activations = true;
+    Tensor *x = input(&f, 0.5f);
+    Tensor *a = mul(t, x, f.p[0]);
+    Tensor *b = twice(t, a);
+    Tensor *b2 = square_(t, b);
+    Tensor *c = twice(t, mul(t, x, f.p[2]));
+    Tensor *m1 = mul(t, b2, f.p[1]), *m2 = mul(t, c, f.p[3]); // their backward reads b2 and c
+    if (drop) {
+        EXPECT(!tape_drop(t, a), "dropped a tensor whose op cannot recompute it");
+        EXPECT(!tape_drop(t, b), "dropped the base of an in-place op's output on its own");
+        Tensor *cv = view(t, c);
+        EXPECT(!tape_drop(t, c), "dropped a tensor that has a view");
+        (void)cv;
+        t->release_activations = false;
+        EXPECT(!tape_drop(t, b2), "dropped with release_activations off");
+        t->release_activations = true;
+        float *old = b->data;
+        EXPECT(tape_drop(t, b2), "square_'s output was not dropped");
+        EXPECT(b2->data == NULL && b->data == NULL, "the in-place output and its base keep data");
+        EXPECT(!tape_drop(t, b2), "dropped twice");
+        Tensor *fresh = tensor_like(t->arena, b); // the next forward allocation reuses it
+        EXPECT(fresh->data == old, "the dropped buffer was not reused in the forward");
+        for (int j = 0; j < 3; j++) fresh->data[j] = -1e9f; // whatever the forward writes there
+    }
+    Tensor *loss = add(t, sum(t, m1), sum(t, m2));
+    n_twice_recomputed = 0;
+    EXPECT(tape_backward(t, loss, NULL) == 0, "backward");
+    EXPECT(n_twice_recomputed == (drop ? 1 : 0), "twice recomputed %d times", n_twice_recomputed);
+    for (int i = 0; i < 4; i++) memcpy(grads[i], f.p[i]->grad, sizeof grads[i]);
+    *rec = f.rec;
+    teardown(&f);
+}
+
+static void test_drop_recomputes(void) {
+    float kept[4][3], dropped[4][3];
+    Rec rk, rd;
+    drop_step(false, kept, &rk);
+    drop_step(true, dropped, &rd);
+    EXPECT(!memcmp(kept, dropped, sizeof kept), "gradients changed by the drop");
+    expect_order(&rd, rk.order, rk.n, "hooks with a drop");
+    // d/dp1 = (2 x p0)^2 = (2 * 0.5 * 1)^2 for element 0 (p0[0] = 1)
+    EXPECT(fabsf(dropped[1][0] - 1.0f) < 1e-6f, "dp1[0] = %g, want 1", dropped[1][0]);
+}
+
 int main(void) {
     test_arena_regrows_once();
+    test_arena_gives_back();
+    test_drop_recomputes();
     test_chain();
     test_shared_weight();
     test_fan_out();

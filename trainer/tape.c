@@ -22,77 +22,7 @@ void tape_init(Tape *t, Arena *arena, int n_threads) {
     t->next_seq = 1;
 }
 
-// ---- released buffers (gradients, activations, scratch), reused by size (numel) ----
-// The free lists live on the host (the buffers are backend memory, which host code may not
-// touch): per size, a stack of buffer pointers. tape_reset empties the stacks (their buffers
-// are the step arena's) but keeps their storage. A request takes a buffer of its own size, or
-// else the smallest free one of at most twice its size (a gradient seldom has the size of the
-// activation just released: rtdetr-l's backward at 320 px added 142 MB to the forward's 806
-// with exact sizes only, 65 MB with the nearest larger buffer); the tail of a larger buffer is
-// lost until the step ends (the buffer comes back under the size of the tensor that used it).
-#define POOL_SLOTS 1024 // open addressing; distinct gradient sizes of one model are far fewer
-#define POOL_FIT_MIN ((int64_t)1 << 14) // smaller requests take their own size only
-
-typedef struct PoolStack {
-    float **bufs;
-    int64_t n, cap;
-} PoolStack;
-
-typedef struct GradPool {
-    int64_t numel[POOL_SLOTS]; // 0 = empty slot
-    PoolStack free[POOL_SLOTS];
-    int used[POOL_SLOTS];      // the slots whose numel is set, for the larger-buffer search
-    int n_used;
-} GradPool;
-
-static int64_t pool_slot(GradPool *p, int64_t n) {
-    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ull;
-    for (int64_t i = 0; i < POOL_SLOTS; i++) {
-        int64_t s = (int64_t)((h + (uint64_t)i) % POOL_SLOTS);
-        if (p->numel[s] == n || p->numel[s] == 0) return s;
-    }
-    return -1; // full: the caller just allocates
-}
-
-static float *pool_take(Tape *t, int64_t n) {
-    GradPool *p = t->pool;
-    if (!p) return NULL;
-    int64_t s = pool_slot(p, n);
-    if (s < 0 || p->numel[s] != n || !p->free[s].n) {
-        s = -1;
-        if (n >= POOL_FIT_MIN)
-            for (int k = 0; k < p->n_used; k++) {
-                int u = p->used[k];
-                if (p->free[u].n && p->numel[u] > n && p->numel[u] <= 2 * n &&
-                    (s < 0 || p->numel[u] < p->numel[s]))
-                    s = u;
-            }
-        if (s < 0) return NULL;
-    }
-    PoolStack *st = &p->free[s];
-    return st->bufs[--st->n];
-}
-
-static void pool_give(Tape *t, float *buf, int64_t n) {
-    if (n <= 0) return; // numel 0 marks an empty slot; a 64-byte buffer is not worth keeping
-    if (!t->pool) t->pool = xcalloc(1, sizeof(GradPool));
-    int64_t s = pool_slot(t->pool, n);
-    if (s < 0) return;
-    if (!t->pool->numel[s]) t->pool->used[t->pool->n_used++] = (int)s;
-    t->pool->numel[s] = n;
-    PoolStack *st = &t->pool->free[s];
-    if (st->n == st->cap) {
-        st->cap = st->cap ? 2 * st->cap : 8;
-        st->bufs = xrealloc(st->bufs, sizeof(float *) * (size_t)st->cap);
-    }
-    st->bufs[st->n++] = buf;
-}
-
 void tape_free(Tape *t) {
-    if (t->pool)
-        for (int s = 0; s < POOL_SLOTS; s++) free(t->pool->free[s].bufs);
-    free(t->pool);
-    t->pool = NULL;
     free(t->nodes);
     t->nodes = NULL;
     t->n_nodes = t->cap_nodes = 0;
@@ -101,8 +31,6 @@ void tape_free(Tape *t) {
 void tape_reset(Tape *t) {
     t->n_nodes = 0;
     t->n_callbacks = 0;
-    if (t->pool) // the buffers live in the arena: forget them, keep the stacks' storage
-        for (int s = 0; s < POOL_SLOTS; s++) t->pool->free[s].n = 0;
     arena_reset(t->arena);
 }
 
@@ -130,6 +58,12 @@ Node *tape_record(Tape *t, const OpInfo *info, Tensor *const *in, int n_in, Tens
     n->in = arena_alloc_host(t->arena, sizeof(Tensor *) * (size_t)MAX(n_in, 1));
     n->out = arena_alloc_host(t->arena, sizeof(Tensor *) * (size_t)MAX(n_out, 1));
     for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    // A view (an output without data of its own) aliases the node's inputs: none of them may
+    // be dropped on its own any more (tape_drop).
+    for (int k = 0; k < n_out; k++)
+        if (!out[k]->owns_data)
+            for (int i = 0; i < n_in; i++)
+                if (in[i]) in[i]->n_aliases++;
     for (int k = 0; k < n_out; k++) {
         CHECK(out[k]->grad_fn == NULL && !out[k]->requires_grad, "%s: output %d already in a graph",
               info->name, k);
@@ -147,11 +81,46 @@ Node *tape_record(Tape *t, const OpInfo *info, Tensor *const *in, int n_in, Tens
 }
 
 float *tape_take(Tape *t, int64_t n) {
-    float *buf = pool_take(t, n);
-    return buf ? buf : arena_alloc_data(t->arena, (size_t)MAX(n, 1) * sizeof(float));
+    return arena_alloc_data(t->arena, (size_t)MAX(n, 1) * sizeof(float));
 }
 
-void tape_give(Tape *t, float *buf, int64_t n) { pool_give(t, buf, n); }
+void tape_give(Tape *t, float *buf, int64_t n) {
+    arena_give_data(t->arena, buf, (size_t)MAX(n, 1) * sizeof(float));
+}
+
+// ---- dropping activations in the forward, recomputing them in backward ----
+bool tape_drop(Tape *t, Tensor *x) {
+    if (!t->release_activations || !x->data || x->n_aliases || !x->grad_fn ||
+        !x->grad_fn->info->recompute)
+        return false;
+    Node *p = x->grad_fn;
+    if (p->info->in_place) { // x aliases its input: the base goes, x with it
+        Tensor *base = p->in[0];
+        if (base->n_aliases != 1 || !base->owns_data || !base->grad_fn ||
+            !base->grad_fn->info->recompute)
+            return false;
+        tape_give(t, base->data, base->n);
+        base->data = NULL;
+        base->dropped = true;
+    } else {
+        if (!x->owns_data) return false;
+        tape_give(t, x->data, x->n);
+    }
+    x->data = NULL;
+    x->dropped = true;
+    return true;
+}
+
+// Gives x its data back if it was dropped: first its producer's inputs, then x by the
+// producer's recompute (in place over the base's data, or into a buffer of its own).
+static void ensure_data(Tape *t, Tensor *x) {
+    if (!x || !x->dropped) return;
+    Node *p = x->grad_fn;
+    for (int i = 0; i < p->n_in; i++) ensure_data(t, p->in[i]);
+    x->data = p->info->in_place ? p->in[0]->data : tape_take(t, x->n);
+    x->dropped = false;
+    p->info->recompute(t, p);
+}
 
 float *tape_grad(Tape *t, Tensor *x) {
     CHECK(x->requires_grad, "tape_grad on a tensor that does not require grad");
@@ -324,18 +293,20 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
             continue;
         }
         Node *n = task.node;
+        for (int i = 0; i < n->n_in; i++) ensure_data(t, n->in[i]);
+        for (int k = 0; k < n->n_out; k++) ensure_data(t, n->out[k]);
         for (int k = 0; k < n->n_out; k++) tape_grad(t, n->out[k]);
         n->info->backward(t, n);
         for (int k = 0; k < n->n_out; k++) {
             Tensor *y = n->out[k];
             if (y == root) continue; // the caller may read root and d(root)
             if (!t->keep_grads) {
-                pool_give(t, y->grad, y->n);
+                tape_give(t, y->grad, y->n);
                 y->grad = NULL;
                 y->grad_defined = false;
             }
             if (t->release_activations && y->owns_data) {
-                pool_give(t, y->data, y->n);
+                tape_give(t, y->data, y->n);
                 y->data = NULL;
                 y->owns_data = false;
             }

@@ -25,6 +25,13 @@ typedef struct OpInfo {
     // Reads n->out[k]->grad (always allocated by the engine before the call) and ACCUMULATES
     // into tape_grad(tape, n->in[i]) for every input with requires_grad.
     void (*backward)(Tape *tape, Node *n);
+    // Optional: recomputes n->out[k]'s data from n->in[] bit for bit as the forward made it,
+    // for the outputs tape_drop dropped. Called with every input's data present and each
+    // dropped output's buffer allocated (the engine's ensure step, tape.c); it writes every
+    // output whose data is present (an op with several outputs may refill them all).
+    void (*recompute)(Tape *tape, Node *n);
+    // recompute works in place: out[0] is a view of in[0] that the forward overwrote (relu_).
+    bool in_place;
 } OpInfo;
 
 struct Node {
@@ -59,8 +66,8 @@ struct Tape {
     GradReadyFn on_grad_ready;
     void *hook_user;
     // Backward releases a node's output gradients once the node has run (PyTorch frees them
-    // too), and tape_grad reuses released buffers (tape_take: the same size, or the nearest
-    // larger one): peak memory holds the live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
+    // too), and tape_grad reuses released buffers (the arena's given-back blocks, tensor.h):
+    // peak memory holds the live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
     bool keep_grads;
     // release_activations (PyTorch's backward without retain_graph, which frees what each
     // node saved once it has run): once a node's backward has run, the data of its outputs
@@ -71,7 +78,6 @@ struct Tape {
     // a node runs after every node that reads its outputs (or views of them, which op_reshape
     // records as nodes; op_detach copies). Off by default; the training loop turns it on.
     bool release_activations;
-    struct GradPool *pool;
     // Queued end-of-backward callbacks, run in order once the next backward has drained its
     // graph, then forgotten (also by tape_reset).
     BackwardCallbackFn callbacks[TAPE_MAX_CALLBACKS];
@@ -96,11 +102,20 @@ void *tape_alloc(Tape *t, size_t nbytes);
 // Backend memory from the step arena (what a kernel reads or writes: saved activations,
 // device copies of indices and masks); host code must not dereference it.
 void *tape_alloc_data(Tape *t, size_t nbytes);
-// A backward's temporary of n floats of backend memory (uninitialised): a released buffer
-// when one fits (see release_activations), else from the step arena. tape_give returns it to
-// the pool for later gradients and temporaries of this step.
+// A temporary of n floats of backend memory (uninitialised) from the step arena: a released
+// buffer when one fits (arena_give_data). tape_give releases it for later tensors,
+// gradients and temporaries of this step.
 float *tape_take(Tape *t, int64_t n);
 void tape_give(Tape *t, float *buf, int64_t n);
+// Activation checkpointing without a change to the graph: with release_activations on, drops
+// x's data now (it goes back to the arena for the rest of the forward), and backward
+// recomputes it, by its producer's OpInfo.recompute, before the first node that reads it
+// (or writes its gradient) runs. The caller promises that the forward reads x no more. Drops
+// nothing, and returns false, when x has no producer with a recompute, has views (a view
+// would keep the old address), or does not own its data (except the output of an in-place
+// op, which drops the base it aliases with it). Recomputation is exact (the same kernels on
+// the same inputs), so a dropped tensor changes no bit of any result.
+bool tape_drop(Tape *t, Tensor *x);
 // The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);

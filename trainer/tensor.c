@@ -9,6 +9,124 @@ struct ArenaChunk {
     size_t size, off;
 };
 
+// ---- given-back data blocks, reused until the next reset ----
+// The free lists live on the host (the blocks are backend memory, which host code may not
+// touch). Two kinds:
+// - small blocks (under POOL_FIT_MIN): per size in bytes, a stack of block pointers; a request
+//   takes a block of its own size only;
+// - large blocks: one list sorted by address, neighbours merged when a block comes back; a
+//   request takes the smallest block that holds it, from its start, and the rest stays free.
+//   Carving and merging let the forward reuse what tape_drop released in earlier, larger
+//   layers, and backward reuse it again for gradients of other sizes.
+// arena_reset empties both (their blocks are the arena's) but keeps their storage.
+#define POOL_SLOTS 1024 // open addressing; distinct small sizes of one model are far fewer
+#define POOL_FIT_MIN ((size_t)64 << 10)
+
+typedef struct PoolStack {
+    void **blocks;
+    int64_t n, cap;
+} PoolStack;
+
+typedef struct FreeBlock {
+    char *at;
+    size_t nbytes;
+} FreeBlock;
+
+struct ArenaPool {
+    size_t nbytes[POOL_SLOTS]; // 0 = empty slot
+    PoolStack small[POOL_SLOTS];
+    FreeBlock *large;          // sorted by address, none adjacent to the next
+    int64_t n_large, cap_large;
+};
+
+static size_t rounded(size_t nbytes) { return (MAX(nbytes, (size_t)1) + 63) & ~(size_t)63; }
+
+static int64_t pool_slot(ArenaPool *p, size_t nbytes) {
+    uint64_t h = (uint64_t)nbytes * 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < POOL_SLOTS; i++) {
+        int64_t s = (int64_t)((h + (uint64_t)i) % POOL_SLOTS);
+        if (p->nbytes[s] == nbytes || p->nbytes[s] == 0) return s;
+    }
+    return -1; // full: the block is not reused
+}
+
+static void *take_small(ArenaPool *p, size_t nbytes) {
+    int64_t s = pool_slot(p, nbytes);
+    if (s < 0 || p->nbytes[s] != nbytes || !p->small[s].n) return NULL;
+    return p->small[s].blocks[--p->small[s].n];
+}
+
+static void give_small(ArenaPool *p, void *block, size_t nbytes) {
+    int64_t s = pool_slot(p, nbytes);
+    if (s < 0) return;
+    p->nbytes[s] = nbytes;
+    PoolStack *st = &p->small[s];
+    if (st->n == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 8;
+        st->blocks = xrealloc(st->blocks, sizeof(void *) * (size_t)st->cap);
+    }
+    st->blocks[st->n++] = block;
+}
+
+static void *take_large(ArenaPool *p, size_t nbytes) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < p->n_large; i++)
+        if (p->large[i].nbytes >= nbytes && (best < 0 || p->large[i].nbytes < p->large[best].nbytes))
+            best = i;
+    if (best < 0) return NULL;
+    FreeBlock *b = &p->large[best];
+    char *at = b->at;
+    b->at += nbytes;
+    b->nbytes -= nbytes;
+    if (!b->nbytes) {
+        memmove(b, b + 1, sizeof *b * (size_t)(p->n_large - best - 1));
+        p->n_large--;
+    }
+    return at;
+}
+
+static void give_large(ArenaPool *p, char *at, size_t nbytes) {
+    int64_t lo = 0, hi = p->n_large; // the first block above `at`
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (p->large[mid].at < at) lo = mid + 1;
+        else hi = mid;
+    }
+    bool joins_prev = lo > 0 && p->large[lo - 1].at + p->large[lo - 1].nbytes == at;
+    bool joins_next = lo < p->n_large && at + nbytes == p->large[lo].at;
+    if (joins_prev && joins_next) {
+        p->large[lo - 1].nbytes += nbytes + p->large[lo].nbytes;
+        memmove(&p->large[lo], &p->large[lo + 1], sizeof(FreeBlock) * (size_t)(p->n_large - lo - 1));
+        p->n_large--;
+    } else if (joins_prev) {
+        p->large[lo - 1].nbytes += nbytes;
+    } else if (joins_next) {
+        p->large[lo].at = at;
+        p->large[lo].nbytes += nbytes;
+    } else {
+        if (p->n_large == p->cap_large) {
+            p->cap_large = p->cap_large ? 2 * p->cap_large : 64;
+            p->large = xrealloc(p->large, sizeof(FreeBlock) * (size_t)p->cap_large);
+        }
+        memmove(&p->large[lo + 1], &p->large[lo], sizeof(FreeBlock) * (size_t)(p->n_large - lo));
+        p->large[lo] = (FreeBlock){at, nbytes};
+        p->n_large++;
+    }
+}
+
+static void *pool_take(ArenaPool *p, size_t nbytes) {
+    if (!p) return NULL;
+    return nbytes < POOL_FIT_MIN ? take_small(p, nbytes) : take_large(p, nbytes);
+}
+
+void arena_give_data(Arena *a, void *block, size_t nbytes) {
+    if (!block) return;
+    if (!a->pool) a->pool = xcalloc(1, sizeof(ArenaPool));
+    size_t size = rounded(nbytes);
+    if (size < POOL_FIT_MIN) give_small(a->pool, block, size);
+    else give_large(a->pool, block, size);
+}
+
 // The host half's allocator: plain aligned host memory whatever the device.
 static void *host_alloc(size_t nbytes) {
     void *p = NULL;
@@ -43,6 +161,12 @@ static void free_chunks(ArenaHalf *h, HalfAllocator al) {
 
 void arena_free(Arena *a) {
     if (!a->be) return;
+    if (a->pool) {
+        for (int s = 0; s < POOL_SLOTS; s++) free(a->pool->small[s].blocks);
+        free(a->pool->large);
+    }
+    free(a->pool);
+    a->pool = NULL;
     free_chunks(&a->data, data_allocator(a));
     free_chunks(&a->host, host_allocator());
     a->data.used = a->host.used = 0;
@@ -70,12 +194,16 @@ static void reset_half(ArenaHalf *h, HalfAllocator al) {
 }
 
 void arena_reset(Arena *a) {
+    if (a->pool) { // the blocks live in the chunks: forget them, keep the lists' storage
+        for (int s = 0; s < POOL_SLOTS; s++) a->pool->small[s].n = 0;
+        a->pool->n_large = 0;
+    }
     reset_half(&a->data, data_allocator(a));
     reset_half(&a->host, host_allocator());
 }
 
 static void *half_alloc(ArenaHalf *h, HalfAllocator al, size_t chunk_bytes, size_t nbytes) {
-    size_t need = (MAX(nbytes, (size_t)1) + 63) & ~(size_t)63;
+    size_t need = rounded(nbytes);
     ArenaChunk *c = h->chunks;
     if (!c || c->off + need > c->size) {
         c = xcalloc(1, sizeof *c);
@@ -94,7 +222,8 @@ static void *half_alloc(ArenaHalf *h, HalfAllocator al, size_t chunk_bytes, size
 
 void *arena_alloc_data(Arena *a, size_t nbytes) {
     CHECK(a->be, "arena used before arena_init");
-    return half_alloc(&a->data, data_allocator(a), a->chunk_bytes, nbytes);
+    void *given_back = pool_take(a->pool, rounded(nbytes));
+    return given_back ? given_back : half_alloc(&a->data, data_allocator(a), a->chunk_bytes, nbytes);
 }
 
 void *arena_alloc_host(Arena *a, size_t nbytes) {

@@ -40,6 +40,8 @@ typedef struct Tensor {
     bool grad_defined;               // leaves: grad holds a value (PyTorch: grad is not None)
     bool owns_data;                  // data was allocated for this tensor (tensor_new), not a
                                      // view of another's: the tape may release it (tape.h)
+    bool dropped;                    // data dropped in the forward, to be recomputed (tape_drop)
+    int n_aliases;                   // recorded views of this tensor (tape_drop)
     int param_index;                 // index in the model's parameter list, -1 otherwise
     Node *grad_fn;                   // the node that produced it; NULL for leaves and constants
     int out_index;                   // which output of grad_fn this is
@@ -57,11 +59,13 @@ typedef struct ArenaHalf {
     size_t peak;           // max of `used` over the arena's life
     size_t reserved;       // bytes held in chunks
 } ArenaHalf;
+typedef struct ArenaPool ArenaPool;
 typedef struct Arena {
     const Backend *be;     // where the data half lives
     size_t chunk_bytes;    // default size of a new data chunk (host chunks: a 16th of it)
     ArenaHalf data;        // be->alloc'd: tensor data, gradients, kernel-read indices/masks
     ArenaHalf host;        // host memory: Tensor headers, tape nodes, op contexts
+    ArenaPool *pool;       // data blocks given back since the last reset (arena_give_data)
 } Arena;
 
 // chunk_bytes: size of each data chunk (a larger request gets a chunk of its own).
@@ -74,8 +78,15 @@ void arena_free(Arena *a);
 // single block per half.
 void arena_reset(Arena *a);
 // Both: 64-byte aligned, uninitialised, never NULL (abort when memory is exhausted).
-// Backend memory (the device's): host code must not dereference it.
+// Backend memory (the device's): host code must not dereference it; a given-back block when
+// one fits (arena_give_data).
 void *arena_alloc_data(Arena *a, size_t nbytes);
+// A data block this arena handed out (nbytes as requested) is not used any more before the
+// next reset: later arena_alloc_data calls of a size it fits (the same, or up to twice as
+// large for requests of 64 KiB or more) get it back before the arena grows. The data half's
+// `used` and `peak` count what the chunks handed out, blocks given back included: the memory
+// the step touched. NULL is ignored.
+void arena_give_data(Arena *a, void *block, size_t nbytes);
 // Host memory, for what the host reads and writes (headers, nodes, contexts, host scratch).
 void *arena_alloc_host(Arena *a, size_t nbytes);
 

@@ -96,6 +96,7 @@ const Backend backend_cpu = {
     .layernorm_bwd         = layernorm_bwd_cpu,
     .batchnorm_train_fwd   = batchnorm_train_fwd_cpu,
     .batchnorm_eval_fwd    = batchnorm_eval_fwd_cpu,
+    .batchnorm_apply       = batchnorm_apply_cpu,
     .batchnorm_bwd         = batchnorm_bwd_cpu,
     // END elementwise
 

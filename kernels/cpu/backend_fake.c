@@ -130,6 +130,8 @@ FAKE(batchnorm_train_fwd, (KernelCtx *kc, float *out, float *save_mean, float *s
      (kc, VIEW(float *, out), VIEW(float *, save_mean), VIEW(float *, save_invstd), VIEW(float *, running_mean), VIEW(float *, running_var), VIEW(const float *, inp), VIEW(const float *, weight), VIEW(const float *, bias), B, C, HW, momentum, eps))
 FAKE(batchnorm_eval_fwd, (KernelCtx *kc, float *out, float *save_mean, float *save_invstd, const float *inp, const float *running_mean, const float *running_var, const float *weight, const float *bias, int64_t B, int64_t C, int64_t HW, double eps),
      (kc, VIEW(float *, out), VIEW(float *, save_mean), VIEW(float *, save_invstd), VIEW(const float *, inp), VIEW(const float *, running_mean), VIEW(const float *, running_var), VIEW(const float *, weight), VIEW(const float *, bias), B, C, HW, eps))
+FAKE(batchnorm_apply, (KernelCtx *kc, float *out, const float *inp, const float *weight, const float *bias, const float *save_mean, const float *save_invstd, int64_t B, int64_t C, int64_t HW),
+     (kc, VIEW(float *, out), VIEW(const float *, inp), VIEW(const float *, weight), VIEW(const float *, bias), VIEW(const float *, save_mean), VIEW(const float *, save_invstd), B, C, HW))
 FAKE(batchnorm_bwd, (KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *save_mean, const float *save_invstd, int64_t B, int64_t C, int64_t HW, bool training),
      (kc, VIEW(float *, dinp), VIEW(float *, dweight), VIEW(float *, dbias), VIEW(const float *, dout), VIEW(const float *, inp), VIEW(const float *, weight), VIEW(const float *, save_mean), VIEW(const float *, save_invstd), B, C, HW, training))
 FAKE(conv2d_fwd, (KernelCtx *kc, float *out, const float *x, const float *w, const float *bias, int64_t B, int64_t C, int64_t H, int64_t W, int64_t OC, int64_t OH, int64_t OW, int KH, int KW, Conv2dParams p),
@@ -238,6 +240,7 @@ const Backend backend_fake = {
     .layernorm_bwd = fake_layernorm_bwd,
     .batchnorm_train_fwd = fake_batchnorm_train_fwd,
     .batchnorm_eval_fwd = fake_batchnorm_eval_fwd,
+    .batchnorm_apply = fake_batchnorm_apply,
     .batchnorm_bwd = fake_batchnorm_bwd,
     .conv2d_fwd = fake_conv2d_fwd,
     .conv2d_bwd = fake_conv2d_bwd,

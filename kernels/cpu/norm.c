@@ -187,6 +187,14 @@ void batchnorm_eval_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *
     }
 }
 
+void batchnorm_apply_cpu(KernelCtx *kc, float *out, const float *inp, const float *weight,
+                         const float *bias, const float *save_mean, const float *save_invstd,
+                         int64_t B, int64_t C, int64_t HW) {
+#pragma omp parallel for num_threads(kc->n_threads) if (B * C * HW > PAR_MIN)
+    for (int64_t c = 0; c < C; c++)
+        bn_apply(out, inp, weight, bias, B, C, HW, c, save_mean[c], save_invstd[c]);
+}
+
 // batch_norm_cpu_backward_contiguous_impl: per channel sum = sum dy, dotp = sum (x - mean) dy;
 // train: dx = (dy - sum/N - (x - mean) * dotp invstd^2 / N) * invstd * w; eval: dy * invstd * w.
 void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,

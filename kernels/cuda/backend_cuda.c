@@ -167,6 +167,7 @@ const Backend backend_cuda = {
     .layernorm_bwd = layernorm_bwd_cuda,
     .batchnorm_train_fwd = batchnorm_train_fwd_cuda,
     .batchnorm_eval_fwd = batchnorm_eval_fwd_cuda,
+    .batchnorm_apply = batchnorm_apply_cuda,
     .batchnorm_bwd = batchnorm_bwd_cuda,
     // END elementwise
 

@@ -120,6 +120,9 @@ void batchnorm_train_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float
                               float *running_mean, float *running_var, const float *inp,
                               const float *weight, const float *bias, int64_t B, int64_t C,
                               int64_t HW, float momentum, double eps);
+void batchnorm_apply_cuda(KernelCtx *kc, float *out, const float *inp, const float *weight,
+                          const float *bias, const float *save_mean, const float *save_invstd,
+                          int64_t B, int64_t C, int64_t HW);
 void batchnorm_eval_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                              const float *inp, const float *running_mean, const float *running_var,
                              const float *weight, const float *bias, int64_t B, int64_t C,

@@ -219,6 +219,12 @@ void batchnorm_eval_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float 
     if (B * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW);
 }
 
+void batchnorm_apply_cuda(KernelCtx *kc, float *out, const float *inp, const float *weight,
+                          const float *bias, const float *save_mean, const float *save_invstd,
+                          int64_t B, int64_t C, int64_t HW) {
+    if (B * C * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW);
+}
+
 // Per channel (a block each): sum = sum dy, dotp = sum (x - mean) dy (float products summed in
 // double); dweight += dotp * invstd, dbias += sum; coef[c] = sum / N, coef[C + c] =
 // dotp invstd^2 / N for the input gradient.

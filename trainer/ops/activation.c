@@ -64,14 +64,24 @@ static void abs_backward(Tape *t, Node *n) {
     unary_backward(t, n, backend_need(n->in[0]->dev)->abs_bwd, n->in[0]);
 }
 
-static const OpInfo relu_info = {"relu", relu_backward};
-static const OpInfo silu_info = {"silu", silu_backward};
-static const OpInfo gelu_info = {"gelu", gelu_backward};
-static const OpInfo sigmoid_info = {"sigmoid", sigmoid_backward};
-static const OpInfo inverse_sigmoid_info = {"inverse_sigmoid", inverse_sigmoid_backward};
-static const OpInfo exp_info = {"exp", exp_backward};
-static const OpInfo log_info = {"log", log_backward};
-static const OpInfo abs_info = {"abs", abs_backward};
+// relu_ over its input again (its output is a view of it); silu from its input.
+static void relu__recompute(Tape *t, Node *n) {
+    backend_need(n->in[0]->dev)->relu_fwd(&t->kc, n->in[0]->data, n->in[0]->data, n->in[0]->n);
+}
+
+static void silu_recompute(Tape *t, Node *n) {
+    backend_need(n->in[0]->dev)->silu_fwd(&t->kc, n->out[0]->data, n->in[0]->data, n->in[0]->n);
+}
+
+static const OpInfo relu_info = {.name = "relu", .backward = relu_backward};
+static const OpInfo relu__info = {.name = "relu", .backward = relu_backward, .recompute = relu__recompute, .in_place = true};
+static const OpInfo silu_info = {.name = "silu", .backward = silu_backward, .recompute = silu_recompute};
+static const OpInfo gelu_info = {.name = "gelu", .backward = gelu_backward};
+static const OpInfo sigmoid_info = {.name = "sigmoid", .backward = sigmoid_backward};
+static const OpInfo inverse_sigmoid_info = {.name = "inverse_sigmoid", .backward = inverse_sigmoid_backward};
+static const OpInfo exp_info = {.name = "exp", .backward = exp_backward};
+static const OpInfo log_info = {.name = "log", .backward = log_backward};
+static const OpInfo abs_info = {.name = "abs", .backward = abs_backward};
 
 Tensor *op_relu(Tape *t, Tensor *x) {
     return unary(t, x, backend_need(x->dev)->relu_fwd, &relu_info);
@@ -83,7 +93,7 @@ Tensor *op_relu_(Tape *t, Tensor *x) {
     CHECK(x->grad_fn || !x->requires_grad, "relu_ of a leaf that requires grad");
     be->relu_fwd(&t->kc, x->data, x->data, x->n);
     Tensor *y = tensor_view(t->arena, x->data, x->ndim, x->shape);
-    tape_record(t, &relu_info, &x, 1, &y, 1);
+    tape_record(t, &relu__info, &x, 1, &y, 1);
     return y;
 }
 
@@ -126,8 +136,8 @@ static void scale_backward(Tape *t, Node *n) {
     backend_need(x->dev)->axpy(&t->kc, tape_grad(t, x), c->s, y->grad, x->n);
 }
 
-static const OpInfo scale_info = {"scale", scale_backward};
-static const OpInfo neg_info = {"neg", scale_backward};
+static const OpInfo scale_info = {.name = "scale", .backward = scale_backward};
+static const OpInfo neg_info = {.name = "neg", .backward = scale_backward};
 
 static Tensor *scale_op(Tape *t, Tensor *x, float s, const OpInfo *info) {
     const Backend *be = backend_need(x->dev);
@@ -157,7 +167,7 @@ static void add_scalar_backward(Tape *t, Node *n) {
     backend_need(x->dev)->axpy(&t->kc, tape_grad(t, x), 1.0f, y->grad, x->n);
 }
 
-static const OpInfo add_scalar_info = {"add_scalar", add_scalar_backward};
+static const OpInfo add_scalar_info = {.name = "add_scalar", .backward = add_scalar_backward};
 
 Tensor *op_add_scalar(Tape *t, Tensor *x, float s) {
     const Backend *be = backend_need(x->dev);
@@ -177,7 +187,7 @@ static void pow_scalar_backward(Tape *t, Node *n) {
     be->pow_scalar_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->s, x->n);
 }
 
-static const OpInfo pow_scalar_info = {"pow_scalar", pow_scalar_backward};
+static const OpInfo pow_scalar_info = {.name = "pow_scalar", .backward = pow_scalar_backward};
 
 Tensor *op_pow_scalar(Tape *t, Tensor *x, float exponent) {
     const Backend *be = backend_need(x->dev);
@@ -206,7 +216,7 @@ static void clamp_backward(Tape *t, Node *n) {
     be->clamp_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->lo, c->hi, x->n);
 }
 
-static const OpInfo clamp_info = {"clamp", clamp_backward};
+static const OpInfo clamp_info = {.name = "clamp", .backward = clamp_backward};
 
 Tensor *op_clamp(Tape *t, Tensor *x, float lo, float hi) {
     CHECK(!(lo > hi), "op_clamp: lo %g > hi %g", (double)lo, (double)hi);
@@ -236,7 +246,7 @@ static void dropout_backward(Tape *t, Node *n) {
                 x->shape);
 }
 
-static const OpInfo dropout_info = {"dropout", dropout_backward};
+static const OpInfo dropout_info = {.name = "dropout", .backward = dropout_backward};
 
 Tensor *op_dropout(Tape *t, Tensor *x, float p, uint64_t seed) {
     CHECK(p >= 0.0f && p <= 1.0f, "op_dropout: p = %g outside [0, 1]", (double)p);

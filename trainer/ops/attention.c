@@ -77,7 +77,7 @@ static void mha_core_backward(Tape *t, Node *n) {
     tape_give(t, dqs, n_q);
 }
 
-static const OpInfo mha_core_info = {"mha_core", mha_core_backward};
+static const OpInfo mha_core_info = {.name = "mha_core", .backward = mha_core_backward};
 
 Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *in_proj_weight,
                     Tensor *in_proj_bias, int n_heads, const uint8_t *attn_mask) {

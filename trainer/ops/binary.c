@@ -92,12 +92,20 @@ static void minimum_backward(Tape *t, Node *n) {
     binary_backward(t, n, backend_need(n->out[0]->dev)->minimum_bwd);
 }
 
-static const OpInfo add_info = {"add", add_backward};
-static const OpInfo sub_info = {"sub", sub_backward};
-static const OpInfo mul_info = {"mul", mul_backward};
-static const OpInfo div_info = {"div", div_backward};
-static const OpInfo maximum_info = {"maximum", maximum_backward};
-static const OpInfo minimum_info = {"minimum", minimum_backward};
+// The sum again from the operands (tape_drop).
+static void add_recompute(Tape *t, Node *n) {
+    Tensor *a = n->in[0], *b = n->in[1];
+    int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
+    int nd = broadcast(n->info->name, a, b, as, bs, os);
+    backend_need(a->dev)->add_fwd(&t->kc, n->out[0]->data, a->data, b->data, nd, as, bs);
+}
+
+static const OpInfo add_info = {.name = "add", .backward = add_backward, .recompute = add_recompute};
+static const OpInfo sub_info = {.name = "sub", .backward = sub_backward};
+static const OpInfo mul_info = {.name = "mul", .backward = mul_backward};
+static const OpInfo div_info = {.name = "div", .backward = div_backward};
+static const OpInfo maximum_info = {.name = "maximum", .backward = maximum_backward};
+static const OpInfo minimum_info = {.name = "minimum", .backward = minimum_backward};
 
 Tensor *op_add(Tape *t, Tensor *a, Tensor *b) {
     return binary(t, a, b, backend_need(a->dev)->add_fwd, &add_info);
@@ -132,7 +140,7 @@ static void bce_with_logits_backward(Tape *t, Node *n) {
                        x->n);
 }
 
-static const OpInfo bce_with_logits_info = {"bce_with_logits", bce_with_logits_backward};
+static const OpInfo bce_with_logits_info = {.name = "bce_with_logits", .backward = bce_with_logits_backward};
 
 // Edges: x, y (binary_cross_entropy_with_logits's self, target).
 Tensor *op_bce_with_logits(Tape *t, Tensor *x, Tensor *y) {

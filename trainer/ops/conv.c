@@ -16,7 +16,7 @@ static void conv2d_backward(Tape *t, Node *n) {
                    y->shape[2], y->shape[3], (int)w->shape[2], (int)w->shape[3], *p);
 }
 
-static const OpInfo conv2d_info = {"conv2d", conv2d_backward};
+static const OpInfo conv2d_info = {.name = "conv2d", .backward = conv2d_backward};
 
 Tensor *op_conv2d(Tape *t, Tensor *x, Tensor *w, Tensor *bias, Conv2dParams p) {
     char xs[64], ws[64];

@@ -22,7 +22,7 @@ static void msdeform_attn_backward(Tape *t, Node *n) {
         (int)value->shape[2], (int)value->shape[3], c->n_levels, loc->shape[1], (int)loc->shape[4]);
 }
 
-static const OpInfo msdeform_attn_info = {"msdeform_attn", msdeform_attn_backward};
+static const OpInfo msdeform_attn_info = {.name = "msdeform_attn", .backward = msdeform_attn_backward};
 
 Tensor *op_msdeform_attn(Tape *t, Tensor *value, const int64_t *shapes, int n_levels,
                          Tensor *sampling_locations, Tensor *attention_weights) {
@@ -77,7 +77,7 @@ static void grid_sample_backward(Tape *t, Node *n) {
                         grid->shape[1], grid->shape[2]);
 }
 
-static const OpInfo grid_sample_info = {"grid_sample", grid_sample_backward};
+static const OpInfo grid_sample_info = {.name = "grid_sample", .backward = grid_sample_backward};
 
 Tensor *op_grid_sample(Tape *t, Tensor *x, Tensor *grid) {
     char xs[64], gs[64];

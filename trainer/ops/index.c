@@ -33,9 +33,9 @@ static void gather_backward(Tape *t, Node *n) {
                         c->n_src, c->n_idx, c->inner);
 }
 
-static const OpInfo index_select_info = {"index_select", gather_backward};
-static const OpInfo gather_rows_info = {"gather_rows", gather_backward};
-static const OpInfo embedding_info = {"embedding", gather_backward};
+static const OpInfo index_select_info = {.name = "index_select", .backward = gather_backward};
+static const OpInfo gather_rows_info = {.name = "gather_rows", .backward = gather_backward};
+static const OpInfo embedding_info = {.name = "embedding", .backward = gather_backward};
 
 // Runs the gather of x into a new tensor of `shape` and records it under `info`.
 static Tensor *gather(Tape *t, const OpInfo *info, Tensor *x, int ndim, const int64_t *shape,

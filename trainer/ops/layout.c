@@ -37,7 +37,7 @@ static void reshape_backward(Tape *t, Node *n) {
     be->axpy(&t->kc, tape_grad(t, x), 1.0f, y->grad, x->n);
 }
 
-static const OpInfo reshape_info = {"reshape", reshape_backward};
+static const OpInfo reshape_info = {.name = "reshape", .backward = reshape_backward};
 
 Tensor *op_reshape(Tape *t, Tensor *x, int ndim, const int64_t *shape) {
     char s[96], r[96];
@@ -76,7 +76,7 @@ static void permute_backward(Tape *t, Node *n) {
     be->permute_bwd(&t->kc, tape_grad(t, x), y->grad, x->ndim, x->shape, (const int *)n->ctx);
 }
 
-static const OpInfo permute_info = {"permute", permute_backward};
+static const OpInfo permute_info = {.name = "permute", .backward = permute_backward};
 
 Tensor *op_permute(Tape *t, Tensor *x, const int *perm) {
     char s[96];
@@ -146,7 +146,24 @@ static void concat_backward(Tape *t, Node *n) {
     }
 }
 
-static const OpInfo concat_info = {"concat", concat_backward};
+// y = the n inputs side by side along dim d (shapes checked by op_concat).
+static void concat_into(Tape *t, Tensor *y, Tensor *const *xs, int n, int d) {
+    const Backend *be = backend_need(y->dev);
+    KERNEL_CHECK(be, block_copy);
+    const int64_t outer = prod(y->shape, 0, d), inner = prod(y->shape, d + 1, y->ndim);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t len = xs[i]->shape[d] * inner;
+        be->block_copy(&t->kc, y->data + off, y->shape[d] * inner, xs[i]->data, len, outer, len);
+        off += len;
+    }
+}
+
+static void concat_recompute(Tape *t, Node *n) {
+    concat_into(t, n->out[0], n->in, n->n_in, ((DimCtx *)n->ctx)->dim);
+}
+
+static const OpInfo concat_info = {.name = "concat", .backward = concat_backward, .recompute = concat_recompute};
 
 Tensor *op_concat(Tape *t, Tensor *const *xs, int n, int dim) {
     char s[96], r[96];
@@ -164,16 +181,8 @@ Tensor *op_concat(Tape *t, Tensor *const *xs, int n, int dim) {
               tensor_shape_str(x, s, sizeof s), tensor_shape_str(x0, r, sizeof r), dim);
         shape[d] += x->shape[d];
     }
-    const Backend *be = backend_need(x0->dev);
-    KERNEL_CHECK(be, block_copy);
     Tensor *y = tensor_new(t->arena, x0->ndim, shape);
-    const int64_t outer = prod(shape, 0, d), inner = prod(shape, d + 1, x0->ndim);
-    int64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const int64_t len = xs[i]->shape[d] * inner;
-        be->block_copy(&t->kc, y->data + off, shape[d] * inner, xs[i]->data, len, outer, len);
-        off += len;
-    }
+    concat_into(t, y, xs, n, d);
     Node *node = tape_record(t, &concat_info, xs, n, &y, 1);
     if (node) save_dim(t, node, d, 0);
     return y;
@@ -197,7 +206,7 @@ static void split_backward(Tape *t, Node *n) {
     }
 }
 
-static const OpInfo split_info = {"split", split_backward};
+static const OpInfo split_info = {.name = "split", .backward = split_backward};
 
 void op_split(Tape *t, Tensor *x, int dim, const int64_t *sizes, int n, Tensor **outs) {
     char s[96];
@@ -238,7 +247,7 @@ static void slice_backward(Tape *t, Node *n) {
                   len, outer, len);
 }
 
-static const OpInfo slice_info = {"slice", slice_backward};
+static const OpInfo slice_info = {.name = "slice", .backward = slice_backward};
 
 // Negative start/end count from the end, as in Python; out-of-range bounds are a CHECK
 // failure rather than PyTorch's silent clamping, because every caller here knows its sizes.

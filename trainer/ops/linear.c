@@ -25,7 +25,7 @@ static void linear_backward(Tape *t, Node *n) {
                  tape_grad(t, w), in_f);
 }
 
-static const OpInfo linear_info = {"linear", linear_backward};
+static const OpInfo linear_info = {.name = "linear", .backward = linear_backward};
 
 Tensor *op_linear(Tape *t, Tensor *x, Tensor *w, Tensor *bias) {
     char xs[64], ws[64];
@@ -67,7 +67,7 @@ static void matmul_backward(Tape *t, Node *n) {
                  N);
 }
 
-static const OpInfo matmul_info = {"matmul", matmul_backward};
+static const OpInfo matmul_info = {.name = "matmul", .backward = matmul_backward};
 
 Tensor *op_matmul(Tape *t, Tensor *a, Tensor *b) {
     char as[64], bs[64];
@@ -96,7 +96,7 @@ static void bmm_backward(Tape *t, Node *n) {
                          M * N, 1.0f, tape_grad(t, b), N, K * N);
 }
 
-static const OpInfo bmm_info = {"bmm", bmm_backward};
+static const OpInfo bmm_info = {.name = "bmm", .backward = bmm_backward};
 
 Tensor *op_bmm(Tape *t, Tensor *a, Tensor *b) {
     char as[64], bs[64];

@@ -31,7 +31,7 @@ static void layernorm_backward(Tape *t, Node *n) {
                       x->data, c->mean->data, c->rstd->data, data_or_null(w), E ? x->n / E : 0, E);
 }
 
-static const OpInfo layernorm_info = {"layernorm", layernorm_backward};
+static const OpInfo layernorm_info = {.name = "layernorm", .backward = layernorm_backward};
 
 // A (E) parameter or NULL.
 static void check_param(const char *op, const char *what, const Tensor *p, const Tensor *x,
@@ -78,7 +78,19 @@ static void batchnorm2d_backward(Tape *t, Node *n) {
                       x->shape[0], x->shape[1], x->shape[2] * x->shape[3], c->training);
 }
 
-static const OpInfo batchnorm2d_info = {"batchnorm2d", batchnorm2d_backward};
+// Either mode's output from its input and saved statistics (tape_drop).
+static void batchnorm2d_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out[0];
+    const BatchNormCtx *c = n->ctx;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, batchnorm_apply);
+    be->batchnorm_apply(&t->kc, y->data, x->data, data_or_null(w), data_or_null(b),
+                        c->save_mean->data, c->save_invstd->data, x->shape[0], x->shape[1],
+                        x->shape[2] * x->shape[3]);
+}
+
+static const OpInfo batchnorm2d_info = {
+    .name = "batchnorm2d", .backward = batchnorm2d_backward, .recompute = batchnorm2d_recompute};
 
 // The double a user wrote for this float (1e-3f -> 1e-3): the shortest decimal that rounds
 // back to it. PyTorch's train-mode invstd adds eps as a double (a Python float); the widened

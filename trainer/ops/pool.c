@@ -28,7 +28,7 @@ static void maxpool2d_backward(Tape *t, Node *n) {
                       x->shape[2], x->shape[3], y->shape[2], y->shape[3], c->p);
 }
 
-static const OpInfo maxpool2d_info = {"maxpool2d", maxpool2d_backward};
+static const OpInfo maxpool2d_info = {.name = "maxpool2d", .backward = maxpool2d_backward};
 
 Tensor *op_maxpool2d(Tape *t, Tensor *x, Pool2dParams p) {
     char xs[64];

@@ -24,10 +24,10 @@ static void mean_backward(Tape *t, Node *n) {
     be->mean_dim_bwd(&t->kc, tape_grad(t, x), y->grad, c->outer, c->r, c->inner);
 }
 
-static const OpInfo sum_info = {"sum", sum_backward};
-static const OpInfo mean_info = {"mean", mean_backward};
-static const OpInfo sum_dim_info = {"sum_dim", sum_backward};
-static const OpInfo mean_dim_info = {"mean_dim", mean_backward};
+static const OpInfo sum_info = {.name = "sum", .backward = sum_backward};
+static const OpInfo mean_info = {.name = "mean", .backward = mean_backward};
+static const OpInfo sum_dim_info = {.name = "sum_dim", .backward = sum_backward};
+static const OpInfo mean_dim_info = {.name = "mean_dim", .backward = mean_backward};
 
 // y = reduce(x) viewed as (outer, r, inner) -> y (shape given).
 static Tensor *reduce(Tape *t, Tensor *x, int64_t outer, int64_t r, int64_t inner, int ndim,

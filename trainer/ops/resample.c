@@ -17,7 +17,7 @@ static void pad2d_backward(Tape *t, Node *n) {
                   x->shape[3], c->left, c->right, c->top, c->bottom);
 }
 
-static const OpInfo pad2d_info = {"pad2d", pad2d_backward};
+static const OpInfo pad2d_info = {.name = "pad2d", .backward = pad2d_backward};
 
 Tensor *op_pad2d(Tape *t, Tensor *x, int left, int right, int top, int bottom) {
     char xs[64];
@@ -54,7 +54,7 @@ static void upsample_nearest2d_backward(Tape *t, Node *n) {
                                x->shape[2], x->shape[3], c->scale);
 }
 
-static const OpInfo upsample_nearest2d_info = {"upsample_nearest2d", upsample_nearest2d_backward};
+static const OpInfo upsample_nearest2d_info = {.name = "upsample_nearest2d", .backward = upsample_nearest2d_backward};
 
 Tensor *op_upsample_nearest2d(Tape *t, Tensor *x, int scale) {
     char xs[64];

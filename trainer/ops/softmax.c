@@ -13,7 +13,7 @@ static void softmax_backward(Tape *t, Node *n) {
     be->softmax_bwd(&t->kc, tape_grad(t, x), y->data, y->grad, cols ? x->n / cols : 0, cols);
 }
 
-static const OpInfo softmax_info = {"softmax", softmax_backward};
+static const OpInfo softmax_info = {.name = "softmax", .backward = softmax_backward};
 
 Tensor *op_softmax(Tape *t, Tensor *x, int dim) {
     CHECK(x->ndim >= 1 && (dim == -1 || dim == x->ndim - 1),
