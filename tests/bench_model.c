@@ -65,7 +65,8 @@ static void wrap_nodes(Tape *t) {
             k++;
         if (k == n_ops) {
             CHECK(n_ops < MAX_OPS, "more than %d op kinds", MAX_OPS);
-            ops[n_ops++] = (OpStat){{n->info->name, timed_backward}, n->info, 0, 0};
+            ops[n_ops] = (OpStat){*n->info, n->info, 0, 0};
+            ops[n_ops++].wrap.backward = timed_backward;
         }
         n->info = &ops[k].wrap;
     }

@@ -111,6 +111,12 @@ bool tape_drop(Tape *t, Tensor *x) {
     return true;
 }
 
+void tape_drop_since(Tape *t, int64_t first_node, const Tensor *keep) {
+    for (int64_t i = first_node; i < t->n_nodes; i++)
+        for (int k = 0; k < t->nodes[i]->n_out; k++)
+            if (t->nodes[i]->out[k] != keep) tape_drop(t, t->nodes[i]->out[k]);
+}
+
 // Gives x its data back if it was dropped: first its producer's inputs, then x by the
 // producer's recompute (in place over the base's data, or into a buffer of its own).
 static void ensure_data(Tape *t, Tensor *x) {

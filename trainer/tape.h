@@ -116,6 +116,9 @@ void tape_give(Tape *t, float *buf, int64_t n);
 // op, which drops the base it aliases with it). Recomputation is exact (the same kernels on
 // the same inputs), so a dropped tensor changes no bit of any result.
 bool tape_drop(Tape *t, Tensor *x);
+// tape_drop on every output of the nodes recorded since t->n_nodes was first_node, but keep:
+// for a module whose intermediate tensors nothing outside it reads.
+void tape_drop_since(Tape *t, int64_t first_node, const Tensor *keep);
 // The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);

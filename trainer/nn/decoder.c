@@ -119,9 +119,12 @@ void decoder_layer_init(DecoderLayer *l, Registry *r, const char *name, int d_mo
     registry_pop(r);
 }
 
-// The dropouts (p = 0) are the identity and record nothing, as in ATen.
+// The dropouts (p = 0) are the identity and record nothing, as in ATen. What the layer makes
+// but its output is dropped at its end where an op can recompute it (tape_drop_since: the
+// sums, norms and sampling locations; rtdetr.c says why).
 Tensor *decoder_layer_forward(DecoderLayer *l, Tape *t, Tensor *embed, Tensor *ref,
                               const DecoderValue *v, const uint8_t *attn_mask, Tensor *query_pos) {
+    const int64_t first_node = t->n_nodes;
     // self attention: q = k = embed + query_pos, v = embed
     Tensor *q = op_add(t, embed, query_pos);
     Tensor *tgt = mha_forward(&l->self_attn, t, q, q, embed, attn_mask);
@@ -133,5 +136,7 @@ Tensor *decoder_layer_forward(DecoderLayer *l, Tape *t, Tensor *embed, Tensor *r
 
     // FFN
     tgt = linear_forward(&l->linear2, t, op_relu_(t, linear_forward(&l->linear1, t, embed)));
-    return layernorm_forward(&l->norm3, t, op_add(t, embed, tgt));
+    Tensor *out = layernorm_forward(&l->norm3, t, op_add(t, embed, tgt));
+    tape_drop_since(t, first_node, out);
+    return out;
 }

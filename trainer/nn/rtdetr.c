@@ -116,18 +116,6 @@ void rtdetr_forward(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn, 
     rtdetr_forward_observed(m, t, images, dn, out, NULL, NULL);
 }
 
-// Activation checkpointing (tape_drop, with the training loop's release_activations): once a
-// layer has run, what its nodes made is dropped but for the layer's output; a layer's output
-// is dropped once the last layer that reads it has run. Only what an op can recompute goes
-// (batchnorm, relu_, silu, add, concat outputs: the conv blocks' normalised and activated
-// maps, the sums and the concatenations, which backward recomputes from the conv outputs it
-// keeps anyway); the graph, and so the hook order, is untouched.
-static void drop_layer_nodes(Tape *t, int64_t first_node, const Tensor *keep) {
-    for (int64_t i = first_node; i < t->n_nodes; i++)
-        for (int k = 0; k < t->nodes[i]->n_out; k++)
-            if (t->nodes[i]->out[k] != keep) tape_drop(t, t->nodes[i]->out[k]);
-}
-
 void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnHook *dn,
                              RtdetrOutput *out, RtdetrLayerFn after_layer, void *user) {
     CHECK(images->ndim == 4 && images->shape[1] == 3,
@@ -136,6 +124,12 @@ void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnH
     CHECK(images->shape[2] % 32 == 0 && images->shape[3] % 32 == 0,
           "rtdetr_forward: image size %lldx%lld is not a multiple of the stride 32",
           (long long)images->shape[2], (long long)images->shape[3]);
+    // Activation checkpointing (tape_drop, with the training loop's release_activations): once
+    // a layer has run, what its nodes made is dropped but for the layer's output; a layer's
+    // output is dropped once the last layer that reads it has run. Only what an op can
+    // recompute goes (normalised and activated maps, sums, concatenations, pads, pools: what
+    // backward recomputes cheaply from the conv outputs it keeps anyway); the graph, and so the
+    // hook order, is untouched. The head's decoder layers drop theirs likewise (decoder.c).
     int n = m->spec.n_layers;
     Tensor **y = tape_alloc(t, sizeof(Tensor *) * (size_t)n);
     int *last_reader = tape_alloc(t, sizeof(int) * (size_t)n);
@@ -155,7 +149,7 @@ void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnH
         if (head) head_forward(m->head, t, in, dn, out);
         else y[i] = layer_forward(&m->layers[i], t, in);
         if (after_layer) after_layer(user, i);
-        if (!head) drop_layer_nodes(t, first_node, y[i]); // the loss reads what the head made
+        if (!head) tape_drop_since(t, first_node, y[i]); // the loss reads what the head made
         for (int j = 0; j < i; j++)
             if (last_reader[j] == i) tape_drop(t, y[j]);
         if (head) return;

@@ -136,7 +136,13 @@ static void scale_backward(Tape *t, Node *n) {
     backend_need(x->dev)->axpy(&t->kc, tape_grad(t, x), c->s, y->grad, x->n);
 }
 
-static const OpInfo scale_info = {.name = "scale", .backward = scale_backward};
+static void scale_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0];
+    backend_need(x->dev)->scale_fwd(&t->kc, n->out[0]->data, x->data, ((ScaleCtx *)n->ctx)->s, x->n);
+}
+
+static const OpInfo scale_info = {
+    .name = "scale", .backward = scale_backward, .recompute = scale_recompute};
 static const OpInfo neg_info = {.name = "neg", .backward = scale_backward};
 
 static Tensor *scale_op(Tape *t, Tensor *x, float s, const OpInfo *info) {

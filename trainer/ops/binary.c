@@ -92,18 +92,34 @@ static void minimum_backward(Tape *t, Node *n) {
     binary_backward(t, n, backend_need(n->out[0]->dev)->minimum_bwd);
 }
 
-// The sum again from the operands (tape_drop).
-static void add_recompute(Tape *t, Node *n) {
+// The result again from the operands (tape_drop).
+static void binary_recompute(Tape *t, Node *n, BinaryFwd fwd) {
     Tensor *a = n->in[0], *b = n->in[1];
     int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
     int nd = broadcast(n->info->name, a, b, as, bs, os);
-    backend_need(a->dev)->add_fwd(&t->kc, n->out[0]->data, a->data, b->data, nd, as, bs);
+    fwd(&t->kc, n->out[0]->data, a->data, b->data, nd, as, bs);
+}
+
+static void add_recompute(Tape *t, Node *n) {
+    binary_recompute(t, n, backend_need(n->out[0]->dev)->add_fwd);
+}
+
+static void sub_recompute(Tape *t, Node *n) {
+    binary_recompute(t, n, backend_need(n->out[0]->dev)->sub_fwd);
+}
+
+static void mul_recompute(Tape *t, Node *n) {
+    binary_recompute(t, n, backend_need(n->out[0]->dev)->mul_fwd);
+}
+
+static void div_recompute(Tape *t, Node *n) {
+    binary_recompute(t, n, backend_need(n->out[0]->dev)->div_fwd);
 }
 
 static const OpInfo add_info = {.name = "add", .backward = add_backward, .recompute = add_recompute};
-static const OpInfo sub_info = {.name = "sub", .backward = sub_backward};
-static const OpInfo mul_info = {.name = "mul", .backward = mul_backward};
-static const OpInfo div_info = {.name = "div", .backward = div_backward};
+static const OpInfo sub_info = {.name = "sub", .backward = sub_backward, .recompute = sub_recompute};
+static const OpInfo mul_info = {.name = "mul", .backward = mul_backward, .recompute = mul_recompute};
+static const OpInfo div_info = {.name = "div", .backward = div_backward, .recompute = div_recompute};
 static const OpInfo maximum_info = {.name = "maximum", .backward = maximum_backward};
 static const OpInfo minimum_info = {.name = "minimum", .backward = minimum_backward};
 

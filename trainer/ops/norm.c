@@ -19,6 +19,7 @@ static const float *data_or_null(const Tensor *x) {
 // ---- LayerNorm ----
 typedef struct LayerNormCtx {
     Tensor *mean, *rstd; // (rows)
+    float eps;
 } LayerNormCtx;
 
 static void layernorm_backward(Tape *t, Node *n) {
@@ -31,7 +32,18 @@ static void layernorm_backward(Tape *t, Node *n) {
                       x->data, c->mean->data, c->rstd->data, data_or_null(w), E ? x->n / E : 0, E);
 }
 
-static const OpInfo layernorm_info = {.name = "layernorm", .backward = layernorm_backward};
+// The forward again (its mean and rstd, written over the saved ones, come out the same).
+static void layernorm_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    const LayerNormCtx *c = n->ctx;
+    int64_t E = tensor_dim(x, -1);
+    backend_need(x->dev)->layernorm_fwd(&t->kc, n->out[0]->data, c->mean->data, c->rstd->data,
+                                        x->data, data_or_null(w), data_or_null(b),
+                                        E ? x->n / E : 0, E, c->eps);
+}
+
+static const OpInfo layernorm_info = {
+    .name = "layernorm", .backward = layernorm_backward, .recompute = layernorm_recompute};
 
 // A (E) parameter or NULL.
 static void check_param(const char *op, const char *what, const Tensor *p, const Tensor *x,
@@ -56,7 +68,7 @@ Tensor *op_layernorm(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, float eps
     Node *n = tape_record(t, &layernorm_info, (Tensor *[]){x, weight, bias}, 3, &y, 1);
     if (n) {
         LayerNormCtx *c = tape_alloc(t, sizeof *c);
-        *c = (LayerNormCtx){mean, rstd};
+        *c = (LayerNormCtx){mean, rstd, eps};
         n->ctx = c;
     }
     return y;

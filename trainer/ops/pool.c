@@ -28,7 +28,16 @@ static void maxpool2d_backward(Tape *t, Node *n) {
                       x->shape[2], x->shape[3], y->shape[2], y->shape[3], c->p);
 }
 
-static const OpInfo maxpool2d_info = {.name = "maxpool2d", .backward = maxpool2d_backward};
+// The forward again (its argmax, written over the saved one, comes out the same).
+static void maxpool2d_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0], *y = n->out[0];
+    const MaxPoolCtx *c = n->ctx;
+    backend_need(x->dev)->maxpool2d_fwd(&t->kc, y->data, c->idx, x->data, x->shape[0] * x->shape[1],
+                                        x->shape[2], x->shape[3], y->shape[2], y->shape[3], c->p);
+}
+
+static const OpInfo maxpool2d_info = {
+    .name = "maxpool2d", .backward = maxpool2d_backward, .recompute = maxpool2d_recompute};
 
 Tensor *op_maxpool2d(Tape *t, Tensor *x, Pool2dParams p) {
     char xs[64];

@@ -17,7 +17,15 @@ static void pad2d_backward(Tape *t, Node *n) {
                   x->shape[3], c->left, c->right, c->top, c->bottom);
 }
 
-static const OpInfo pad2d_info = {.name = "pad2d", .backward = pad2d_backward};
+static void pad2d_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0];
+    const PadCtx *c = n->ctx;
+    backend_need(x->dev)->pad2d_fwd(&t->kc, n->out[0]->data, x->data, x->shape[0] * x->shape[1],
+                                    x->shape[2], x->shape[3], c->left, c->right, c->top, c->bottom);
+}
+
+static const OpInfo pad2d_info = {
+    .name = "pad2d", .backward = pad2d_backward, .recompute = pad2d_recompute};
 
 Tensor *op_pad2d(Tape *t, Tensor *x, int left, int right, int top, int bottom) {
     char xs[64];
@@ -54,7 +62,16 @@ static void upsample_nearest2d_backward(Tape *t, Node *n) {
                                x->shape[2], x->shape[3], c->scale);
 }
 
-static const OpInfo upsample_nearest2d_info = {.name = "upsample_nearest2d", .backward = upsample_nearest2d_backward};
+static void upsample_nearest2d_recompute(Tape *t, Node *n) {
+    Tensor *x = n->in[0];
+    backend_need(x->dev)->upsample_nearest2d_fwd(&t->kc, n->out[0]->data, x->data,
+                                                 x->shape[0] * x->shape[1], x->shape[2],
+                                                 x->shape[3], ((UpsampleCtx *)n->ctx)->scale);
+}
+
+static const OpInfo upsample_nearest2d_info = {.name = "upsample_nearest2d",
+                                               .backward = upsample_nearest2d_backward,
+                                               .recompute = upsample_nearest2d_recompute};
 
 Tensor *op_upsample_nearest2d(Tape *t, Tensor *x, int scale) {
     char xs[64];
