@@ -76,6 +76,7 @@ static const Field fields[] = {
     {"layernorm_bwd", offsetof(Backend, layernorm_bwd)},
     {"batchnorm_train_fwd", offsetof(Backend, batchnorm_train_fwd)},
     {"batchnorm_eval_fwd", offsetof(Backend, batchnorm_eval_fwd)},
+    {"batchnorm_apply", offsetof(Backend, batchnorm_apply)},
     {"batchnorm_bwd", offsetof(Backend, batchnorm_bwd)},
     {"conv2d_fwd", offsetof(Backend, conv2d_fwd)},
     {"conv2d_bwd", offsetof(Backend, conv2d_bwd)},

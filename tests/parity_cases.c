@@ -286,7 +286,8 @@ static void c_layernorm(Pc *p) {
     BE->layernorm_bwd(KC, dx, dw, db, dy, x, mean, rstd, w, rows, E);
 }
 
-// ---- BatchNorm2d: v = {B, C, HW, training, weight, bias, grads (0 all, 1: dinp only)} ----
+// ---- BatchNorm2d: v = {B, C, HW, training, weight, bias, grads (0 all, 1: dinp only)}; the
+// forward's output again from its saved statistics (batchnorm_apply) ----
 static void c_batchnorm(Pc *p) {
     const int64_t B = p->v[0], C = p->v[1], HW = p->v[2], n = B * C * HW;
     const bool training = p->v[3];
@@ -302,6 +303,7 @@ static void c_batchnorm(Pc *p) {
         const float *rm = pin(p, "running_mean", C, -1, 1), *rv = pin(p, "running_var", C, 0.2f, 3);
         BE->batchnorm_eval_fwd(KC, y, mean, invstd, x, rm, rv, w, b, B, C, HW, 1e-5);
     }
+    BE->batchnorm_apply(KC, pout(p, "y_again", n), x, w, b, mean, invstd, B, C, HW);
     const float *dy = pin(p, "dy", n, -1, 1);
     float *dw = p->v[6] ? NULL : pout(p, "dw", C), *db = p->v[6] ? NULL : pout(p, "db", C);
     BE->batchnorm_bwd(KC, pout(p, "dx", n), dw, db, dy, x, w, mean, invstd, B, C, HW, training);
@@ -647,14 +649,14 @@ const ParityCase parity_cases[] = {
     {"layernorm/special", "layernorm_fwd layernorm_bwd", c_layernorm, {4, 9, 1, 1, 0}, true, FSUM},
 
     // {B, C, HW, training, weight, bias, dinp only}
-    {"batchnorm/train", "batchnorm_train_fwd batchnorm_bwd", c_batchnorm, {3, 5, 7, 1, 1, 1, 0}, false, FSUM},
-    {"batchnorm/train-no-affine", "batchnorm_train_fwd batchnorm_bwd", c_batchnorm, {2, 4, 9, 1, 0, 0, 0}, false, FSUM},
-    {"batchnorm/train-dx-only", "batchnorm_train_fwd batchnorm_bwd", c_batchnorm, {2, 3, 5, 1, 1, 1, 1}, false, FSUM},
-    {"batchnorm/train-big", "batchnorm_train_fwd batchnorm_bwd", c_batchnorm, {4, 3, 300, 1, 1, 1, 0}, false, FSUM},
-    {"batchnorm/train-special", "batchnorm_train_fwd batchnorm_bwd", c_batchnorm, {2, 3, 6, 1, 1, 1, 0}, true, FSUM},
-    {"batchnorm/eval", "batchnorm_eval_fwd batchnorm_bwd", c_batchnorm, {3, 5, 7, 0, 1, 1, 0}, false, FSUM},
-    {"batchnorm/eval-no-weight", "batchnorm_eval_fwd batchnorm_bwd", c_batchnorm, {2, 3, 5, 0, 0, 1, 0}, false, FSUM},
-    {"batchnorm/eval-special", "batchnorm_eval_fwd batchnorm_bwd", c_batchnorm, {2, 3, 6, 0, 1, 1, 0}, true, FSUM},
+    {"batchnorm/train", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {3, 5, 7, 1, 1, 1, 0}, false, FSUM},
+    {"batchnorm/train-no-affine", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 4, 9, 1, 0, 0, 0}, false, FSUM},
+    {"batchnorm/train-dx-only", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 5, 1, 1, 1, 1}, false, FSUM},
+    {"batchnorm/train-big", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {4, 3, 300, 1, 1, 1, 0}, false, FSUM},
+    {"batchnorm/train-special", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 6, 1, 1, 1, 0}, true, FSUM},
+    {"batchnorm/eval", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {3, 5, 7, 0, 1, 1, 0}, false, FSUM},
+    {"batchnorm/eval-no-weight", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 5, 0, 0, 1, 0}, false, FSUM},
+    {"batchnorm/eval-special", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 6, 0, 1, 1, 0}, true, FSUM},
 
     // {B, C, H, W, OC, KH, KW, stride, pad, dil, groups, bias, grads}
     {"conv/3x3", "conv2d_fwd conv2d_bwd", c_conv, {2, 3, 9, 11, 4, 3, 3, 1, 1, 1, 1, 1, 0}, false, GEMM},
