@@ -146,8 +146,10 @@ void rtdetr_forward_observed(Rtdetr *m, Tape *t, Tensor *images, const RtdetrDnH
             in[j] = l->from[j] < 0 ? images : y[l->from[j]];
         int64_t first_node = t->n_nodes;
         bool head = l->kind == MOD_RTDETRDECODER;
-        if (head) head_forward(m->head, t, in, dn, out);
-        else y[i] = layer_forward(&m->layers[i], t, in);
+        if (head)
+            head_forward(m->head, t, in, dn, out);
+        else
+            y[i] = layer_forward(&m->layers[i], t, in);
         if (after_layer) after_layer(user, i);
         if (!head) tape_drop_since(t, first_node, y[i]); // the loss reads what the head made
         for (int j = 0; j < i; j++)

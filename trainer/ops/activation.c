@@ -74,11 +74,14 @@ static void silu_recompute(Tape *t, Node *n) {
 }
 
 static const OpInfo relu_info = {.name = "relu", .backward = relu_backward};
-static const OpInfo relu__info = {.name = "relu", .backward = relu_backward, .recompute = relu__recompute, .in_place = true};
-static const OpInfo silu_info = {.name = "silu", .backward = silu_backward, .recompute = silu_recompute};
+static const OpInfo relu__info = {
+    .name = "relu", .backward = relu_backward, .recompute = relu__recompute, .in_place = true};
+static const OpInfo silu_info = {
+    .name = "silu", .backward = silu_backward, .recompute = silu_recompute};
 static const OpInfo gelu_info = {.name = "gelu", .backward = gelu_backward};
 static const OpInfo sigmoid_info = {.name = "sigmoid", .backward = sigmoid_backward};
-static const OpInfo inverse_sigmoid_info = {.name = "inverse_sigmoid", .backward = inverse_sigmoid_backward};
+static const OpInfo inverse_sigmoid_info = {.name = "inverse_sigmoid",
+                                            .backward = inverse_sigmoid_backward};
 static const OpInfo exp_info = {.name = "exp", .backward = exp_backward};
 static const OpInfo log_info = {.name = "log", .backward = log_backward};
 static const OpInfo abs_info = {.name = "abs", .backward = abs_backward};
@@ -138,7 +141,8 @@ static void scale_backward(Tape *t, Node *n) {
 
 static void scale_recompute(Tape *t, Node *n) {
     Tensor *x = n->in[0];
-    backend_need(x->dev)->scale_fwd(&t->kc, n->out[0]->data, x->data, ((ScaleCtx *)n->ctx)->s, x->n);
+    backend_need(x->dev)->scale_fwd(&t->kc, n->out[0]->data, x->data, ((ScaleCtx *)n->ctx)->s,
+                                    x->n);
 }
 
 static const OpInfo scale_info = {

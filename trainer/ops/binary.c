@@ -116,10 +116,14 @@ static void div_recompute(Tape *t, Node *n) {
     binary_recompute(t, n, backend_need(n->out[0]->dev)->div_fwd);
 }
 
-static const OpInfo add_info = {.name = "add", .backward = add_backward, .recompute = add_recompute};
-static const OpInfo sub_info = {.name = "sub", .backward = sub_backward, .recompute = sub_recompute};
-static const OpInfo mul_info = {.name = "mul", .backward = mul_backward, .recompute = mul_recompute};
-static const OpInfo div_info = {.name = "div", .backward = div_backward, .recompute = div_recompute};
+static const OpInfo add_info = {
+    .name = "add", .backward = add_backward, .recompute = add_recompute};
+static const OpInfo sub_info = {
+    .name = "sub", .backward = sub_backward, .recompute = sub_recompute};
+static const OpInfo mul_info = {
+    .name = "mul", .backward = mul_backward, .recompute = mul_recompute};
+static const OpInfo div_info = {
+    .name = "div", .backward = div_backward, .recompute = div_recompute};
 static const OpInfo maximum_info = {.name = "maximum", .backward = maximum_backward};
 static const OpInfo minimum_info = {.name = "minimum", .backward = minimum_backward};
 
@@ -156,7 +160,8 @@ static void bce_with_logits_backward(Tape *t, Node *n) {
                        x->n);
 }
 
-static const OpInfo bce_with_logits_info = {.name = "bce_with_logits", .backward = bce_with_logits_backward};
+static const OpInfo bce_with_logits_info = {.name = "bce_with_logits",
+                                            .backward = bce_with_logits_backward};
 
 // Edges: x, y (binary_cross_entropy_with_logits's self, target).
 Tensor *op_bce_with_logits(Tape *t, Tensor *x, Tensor *y) {

@@ -22,7 +22,8 @@ static void msdeform_attn_backward(Tape *t, Node *n) {
         (int)value->shape[2], (int)value->shape[3], c->n_levels, loc->shape[1], (int)loc->shape[4]);
 }
 
-static const OpInfo msdeform_attn_info = {.name = "msdeform_attn", .backward = msdeform_attn_backward};
+static const OpInfo msdeform_attn_info = {.name = "msdeform_attn",
+                                          .backward = msdeform_attn_backward};
 
 Tensor *op_msdeform_attn(Tape *t, Tensor *value, const int64_t *shapes, int n_levels,
                          Tensor *sampling_locations, Tensor *attention_weights) {

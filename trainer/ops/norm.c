@@ -38,8 +38,8 @@ static void layernorm_recompute(Tape *t, Node *n) {
     const LayerNormCtx *c = n->ctx;
     int64_t E = tensor_dim(x, -1);
     backend_need(x->dev)->layernorm_fwd(&t->kc, n->out[0]->data, c->mean->data, c->rstd->data,
-                                        x->data, data_or_null(w), data_or_null(b),
-                                        E ? x->n / E : 0, E, c->eps);
+                                        x->data, data_or_null(w), data_or_null(b), E ? x->n / E : 0,
+                                        E, c->eps);
 }
 
 static const OpInfo layernorm_info = {
