@@ -114,10 +114,10 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     c.k = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
     c.v = arena_alloc_data(t->arena, sizeof(float) * (size_t)(B * Lk * E));
 
-    float *q = be->alloc(sizeof(float) * (size_t)(B * Lq * E));
+    float *q = tape_take(t, B * Lq * E);
     project(t, be, q, query->data, in_proj_weight, in_proj_bias, 0, B * Lq, E);
     be->scale_fwd(&t->kc, c.qs, q, scale, B * Lq * E); // q * scale, rounded once
-    be->free(q);
+    tape_give(t, q, B * Lq * E);
     project(t, be, c.k, key->data, in_proj_weight, in_proj_bias, 1, B * Lk, E);
     project(t, be, c.v, value->data, in_proj_weight, in_proj_bias, 2, B * Lk, E);
 
@@ -131,9 +131,9 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
     c.mask = mask;
     Tensor *out = tensor_3d(t->arena, B, Lq, E);
     // p: the probabilities, used by this call only (backward computes them again)
-    float *p = be->alloc(sizeof(float) * (size_t)(B * NH * LL));
+    float *p = tape_take(t, B * NH * LL);
     be->attention_fwd(&t->kc, out->data, p, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
-    be->free(p);
+    tape_give(t, p, B * NH * LL);
 
     Node *n =
         tape_record(t, &mha_core_info,
