@@ -82,8 +82,9 @@ void arena_reset(Arena *a);
 // one fits (arena_give_data).
 void *arena_alloc_data(Arena *a, size_t nbytes);
 // A data block this arena handed out (nbytes as requested) is not used any more before the
-// next reset: later arena_alloc_data calls of a size it fits (the same, or up to twice as
-// large for requests of 64 KiB or more) get it back before the arena grows. The data half's
+// next reset: later arena_alloc_data calls get it back before the arena grows (under 64 KiB:
+// requests of its own size; larger blocks are merged with free neighbours, and a request
+// takes the smallest that holds it, from its start, leaving the rest free). The data half's
 // `used` and `peak` count what the chunks handed out, blocks given back included: the memory
 // the step touched. NULL is ignored.
 void arena_give_data(Arena *a, void *block, size_t nbytes);
