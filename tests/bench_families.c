@@ -15,12 +15,15 @@
  * Backward FLOPs are 2 x forward for every family (tests/torch/flops.py counts the same way,
  * so its --profile table compares row by row). Forward time per op is sampled (SIGPROF every
  * ms of CPU time, spread over the forward's wall time); backward time per op is exact (each
- * node's backward is timed); "engine" is backward time outside any node. The limit is the
+ * node's backward is timed); "recompute" is the time backward spends rebuilding what the
+ * forward dropped (tape_drop, timed per call); "engine" is backward time outside any node
+ * and recompute. The limit is the
  * FLOPs at the rate OpenBLAS's sgemm reaches here on a 1024^3 product (measured first):
  * "x limit" = time / (FLOPs / that rate).
  * Memory: parameters, their gradients, AdamW's two moments, EMA, the step arena's peak
- * (activations, their gradients, the loss's tensors; data and host halves) and peak RSS, with
- * what those leave unexplained (libraries, scratch, allocator). Prints only, never fails. */
+ * (activations, their gradients, the loss's tensors; data and host halves), at the loss the op
+ * outputs kept by family and by op and those dropped by family, and peak RSS, with what those
+ * leave unexplained (libraries, scratch, allocator). Prints only, never fails. */
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/time.h>
