@@ -133,7 +133,7 @@ int main(void) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         printf("bench_steps: %d steps: median %.3f s, p90 %.3f s, p90/median %.2f (goal <= 1.15), "
-               "max %.3f s; %.0f page faults a step; peak RSS %.2f GB\n",
+               "max %.3f s; %.0f page faults a step; peak RSS %.2f GiB\n",
                s->n, med, p90, p90 / med, mx, (double)flt / s->n, (double)ru.ru_maxrss / 1048576.0);
         // CPU time counts what the step computed, not the time other processes took the cores
         // from it: on a shared machine its p90/median is the steadier figure.

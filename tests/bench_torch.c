@@ -269,9 +269,9 @@ int main(void) {
         double mo = bench_median(ours->steps, ours->n), mt = bench_median(torch->steps, torch->n);
         double ratios[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) ratios[r] = ours->round_median[r] / torch->round_median[r];
-        printf("bench_torch: ours    median %.3f s a step (%d steps), peak RSS %.2f GB\n", mo,
+        printf("bench_torch: ours    median %.3f s a step (%d steps), peak RSS %.2f GiB\n", mo,
                ours->n, ours->peak_rss_gb);
-        printf("bench_torch: PyTorch median %.3f s a step (%d steps), peak RSS %.2f GB\n", mt,
+        printf("bench_torch: PyTorch median %.3f s a step (%d steps), peak RSS %.2f GiB\n", mt,
                torch->n, torch->peak_rss_gb);
         printf("bench_torch: ratio ours / PyTorch: %.2f (medians); per round: median %.2f "
                "(goal <= %.2f); memory %.2f\n",
