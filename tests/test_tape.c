@@ -281,10 +281,9 @@ static void test_arena_gives_back(void) {
     arena_give_data(&a, big, 300 << 10);
     arena_give_data(&a, mid, 200 << 10);
     arena_give_data(&a, small, 1000);
-    size_t used = a.data.used;
     EXPECT(arena_alloc_data(&a, 500) != small, "a 500-byte request took a 1000-byte block");
     EXPECT(arena_alloc_data(&a, 1000) == small, "the same small size did not come back");
-    used = a.data.used;
+    size_t used = a.data.used;
     EXPECT(arena_alloc_data(&a, 136 << 10) == mid, "136 KiB should take the 200 KiB block");
     EXPECT(arena_alloc_data(&a, 64 << 10) == mid + (136 << 10), "the rest of mid was not carved");
     EXPECT(arena_alloc_data(&a, 250 << 10) == big, "250 KiB should take the 300 KiB block");

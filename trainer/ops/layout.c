@@ -163,7 +163,8 @@ static void concat_recompute(Tape *t, Node *n) {
     concat_into(t, n->out[0], n->in, n->n_in, ((DimCtx *)n->ctx)->dim);
 }
 
-static const OpInfo concat_info = {.name = "concat", .backward = concat_backward, .recompute = concat_recompute};
+static const OpInfo concat_info = {
+    .name = "concat", .backward = concat_backward, .recompute = concat_recompute};
 
 Tensor *op_concat(Tape *t, Tensor *const *xs, int n, int dim) {
     char s[96], r[96];
