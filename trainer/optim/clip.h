@@ -2,8 +2,8 @@
  * Ultralytics calls it before every optimizer step (max_norm 10). Parameters whose grad is
  * None (grad_defined false) neither count nor change. Host loops over the gradients, all mapped
  * to the host at once (host_map), on the backend's threads (host_loop.h): each tensor's sum of
- * squares on one thread in index order, the tensors' norms combined in parameter order, so the
- * result is the same bit for bit on any number of threads.
+ * squares in a fixed order of blocks and vector lanes (clip.c), the tensors' norms combined in
+ * parameter order, so the result is the same bit for bit on any number of threads.
  * Not bit-exact to torch: torch reduces each norm in float32 in its own order; we sum in
  * double, so the total norm agrees to float32 rounding (see tests/test_optim.c). */
 #ifndef TRAINER_OPTIM_CLIP_H
