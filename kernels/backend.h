@@ -281,19 +281,20 @@ typedef struct Backend {
     // ACCUMULATES.
     void (*bias_rows_bwd)(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
     // The attention of the MHA core, per batch b and head h, head h being the D = E / NH
-    // column block h*D of each row-major (L, E) matrix: p[b,h] = softmax over keys of
+    // column block h*D of each row-major (L, E) matrix: P = softmax over keys of
     // qs_h k_h^T, with a score taken as -inf where mask[q*Lk + k] != 0, then
-    // out_h = p[b,h] v_h. qs (already scaled), out: (B, Lq, E); k, v: (B, Lk, E);
-    // p: (B, NH, Lq, Lk), kept for the backward. mask: (Lq, Lk) bytes on the kernel's device,
-    // or NULL. A row with every key masked is NaN, as in PyTorch.
-    void (*attention_fwd)(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
+    // out_h = P v_h. qs (already scaled), out: (B, Lq, E); k, v: (B, Lk, E); mask: (Lq, Lk)
+    // bytes on the kernel's device, or NULL. A row with every key masked is NaN, as in
+    // PyTorch. P is the kernel's own scratch, never kept: the backward computes it again.
+    void (*attention_fwd)(KernelCtx *kc, float *out, const float *qs, const float *k,
                           const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
                           int64_t Lk, int64_t E);
-    // Its backward from dout (B, Lq, E) and the forward's p: with dP = dO v_h^T and
-    // dS = P * (dP - rowsum(dP * P)), dv_h += P^T dO, dqs_h += dS k_h, dk_h += dS^T qs_h.
-    // dqs like qs; dk, dv like k. ACCUMULATES.
+    // Its backward from dout (B, Lq, E): P computed again from qs, k and mask exactly as the
+    // forward computed it, then with dP = dO v_h^T and dS = P * (dP - rowsum(dP * P)),
+    // dv_h += P^T dO, dqs_h += dS k_h, dk_h += dS^T qs_h. dqs like qs; dk, dv like k.
+    // ACCUMULATES.
     void (*attention_bwd)(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
-                          const float *p, const float *qs, const float *k, const float *v,
+                          const float *qs, const float *k, const float *v, const uint8_t *mask,
                           int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
     // grid_sample(x, grid, bilinear, padding zeros, align_corners=False): x (B, C, H, W),
     // grid (B, Ho, Wo, 2) as (x, y) in [-1, 1] -> out (B, C, Ho, Wo).

@@ -416,11 +416,10 @@ static void c_attention(Pc *p) {
         mask = pin_bytes(p, "mask", Lq * Lk, m);
         free(m);
     }
-    float *out = pout(p, "out", B * Lq * E), *pr = pout(p, "p", B * NH * Lq * Lk);
-    BE->attention_fwd(KC, out, pr, qs, k, v, mask, B, NH, Lq, Lk, E);
+    BE->attention_fwd(KC, pout(p, "out", B * Lq * E), qs, k, v, mask, B, NH, Lq, Lk, E);
     const float *dout = pin(p, "dout", B * Lq * E, -1, 1);
     float *dqs = pout(p, "dqs", B * Lq * E), *dk = pout(p, "dk", B * Lk * E);
-    BE->attention_bwd(KC, dqs, dk, pout(p, "dv", B * Lk * E), dout, pr, qs, k, v, B, NH, Lq, Lk, E);
+    BE->attention_bwd(KC, dqs, dk, pout(p, "dv", B * Lk * E), dout, qs, k, v, mask, B, NH, Lq, Lk, E);
 }
 
 // ---- sampling ----

@@ -212,26 +212,29 @@ static void test_mha_grads(void) {
 }
 
 // The attention kernel's softmax against double precision over the whole range of exp: one
-// query, one head of width 1, scores qs * k_j = k_j from 0 (the row max) down to -110, where
+// query, one head, scores qs . k_j = k_j[0] from 0 (the row max) down to -110, where
 // exp(x) passes through the denormals to 0 (below -104). Scores of -inf weigh 0; one NaN
 // score makes the whole row NaN, as in PyTorch.
 static void test_attention_softmax_range(void) {
     const Backend *be = backend_need(DEV_CPU);
     KernelCtx kc = {.n_threads = 1};
     enum { N = 2003 };
-    float qs = 1.0f, *k = xmalloc(sizeof(float) * N), *v = xmalloc(sizeof(float) * N);
-    float *p = xmalloc(sizeof(float) * N), out;
+    // E = N columns: qs = e_0 makes key j's score its column 0, and v = the identity makes
+    // the output row the probabilities themselves (the kernel keeps no other copy of them).
+    float *qs = xcalloc(N, sizeof(float)), *k = xcalloc((size_t)N * N, sizeof(float));
+    float *v = xcalloc((size_t)N * N, sizeof(float)), *p = xmalloc(sizeof(float) * N);
+    qs[0] = 1.0f;
     for (int j = 0; j < N; j++) {
-        k[j] = j < N - 2 ? (float)(-0.055 * j) : -INFINITY;
-        v[j] = 0.0f;
+        k[(size_t)j * N] = j < N - 2 ? (float)(-0.055 * j) : -INFINITY;
+        v[(size_t)j * N + j] = 1.0f;
     }
-    be->attention_fwd(&kc, &out, p, &qs, k, v, NULL, 1, 1, 1, N, 1);
+    be->attention_fwd(&kc, p, qs, k, v, NULL, 1, 1, 1, N, N);
     double sum = 0;
     for (int j = 0; j < N; j++)
-        sum += exp((double)k[j]);
+        sum += exp((double)k[(size_t)j * N]);
     int bad = 0;
     for (int j = 0; j < N; j++) {
-        double ref = exp((double)k[j]) / sum;
+        double ref = exp((double)k[(size_t)j * N]) / sum;
         // 4 ulps (exp within 1.3, the float sum and the scaling), at least 2 denormal ulps
         if (fabs(p[j] - ref) > 5e-7 * ref + 3e-45) bad++;
     }
@@ -239,15 +242,16 @@ static void test_attention_softmax_range(void) {
     EXPECT(p[N - 1] == 0.0f && p[N - 2] == 0.0f && p[1999] == 0.0f && p[1800] > 0.0f,
            "exp of -inf and of scores below -104 must be 0, of -99 positive");
 
-    k[7] = NAN;
-    be->attention_fwd(&kc, &out, p, &qs, k, v, NULL, 1, 1, 1, N, 1);
+    k[(size_t)7 * N] = NAN;
+    be->attention_fwd(&kc, p, qs, k, v, NULL, 1, 1, 1, N, N);
     bool all_nan = true;
     for (int j = 0; j < N; j++)
         all_nan = all_nan && isnan(p[j]);
-    EXPECT(all_nan && isnan(out), "a NaN score must make the row NaN");
+    EXPECT(all_nan, "a NaN score must make the row NaN");
     free(p);
     free(v);
     free(k);
+    free(qs);
 }
 
 // op_mha_core forward and backward at decoder-like widths give bit-identical results on 1 and

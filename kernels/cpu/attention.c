@@ -42,7 +42,7 @@ void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M
 // halves so that results down to the denormals are right. Within 1.3 ulp of exp over
 // [-104, 0] (measured against double exp); 0 below -104 and for -inf, NaN for NaN.
 // Branch-free, with the final select done on the bits, so that `omp simd` loops vectorise it.
-static inline float exp_nonpos(float x) {
+static inline __attribute__((always_inline)) float exp_nonpos(float x) {
     float q = (x * 1.442695040888963407359924681001892137f + 12582912.0f) - 12582912.0f;
     float r = x - q * 0.693145751953125f;
     r = r - q * 1.428606765330187045e-06f;
@@ -70,7 +70,8 @@ static inline float exp_nonpos(float x) {
 // PyTorch's CPU softmax over one row of Lk scores, with s[k] taken as -inf where m[k] != 0
 // (m NULL: no mask): max, exp(x - max), then a multiply by 1/sum. out may equal in. A fully
 // masked row has max = -inf and -inf - -inf = NaN, which propagates: NaN, as PyTorch.
-static void softmax_row(float *out, const float *in, const uint8_t *m, int64_t Lk) {
+// Inlined into softmax_rows' clones (a call would run the baseline build).
+static inline __attribute__((always_inline)) void softmax_row(float *out, const float *in, const uint8_t *m, int64_t Lk) {
     float max = -INFINITY;
     if (m) {
 #pragma omp simd reduction(max : max)
@@ -101,7 +102,7 @@ static void softmax_row(float *out, const float *in, const uint8_t *m, int64_t L
 
 // The softmax backward over one row, in place: d (the gradient of the probabilities y) becomes
 // the gradient of the scores, y * (d - sum_k d*y).
-static void softmax_row_bwd(float *d, const float *y, int64_t Lk) {
+static inline __attribute__((always_inline)) void softmax_row_bwd(float *d, const float *y, int64_t Lk) {
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t k = 0; k < Lk; k++)
@@ -111,46 +112,72 @@ static void softmax_row_bwd(float *d, const float *y, int64_t Lk) {
         d[k] = (d[k] - dot) * y[k];
 }
 
-// Task bh = b*NH + h: head h of batch b is the D-column block h*D of each (L, E) matrix.
-void attention_fwd_cpu(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
-                       const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
-                       int64_t Lk, int64_t E) {
-    int64_t D = E / NH, LL = Lq * Lk;
-    KernelCtx one = {.n_threads = 1, .stream = kc->stream};
-#pragma omp parallel for num_threads(kc->n_threads) schedule(static)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
-        int64_t b = bh / NH, col = (bh % NH) * D;
-        int64_t oq = b * Lq * E + col, ok = b * Lk * E + col;
-        float *ph = p + bh * LL;
-        gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, qs + oq, E, k + ok, E, 0.0f, ph, Lk);
-        for (int64_t q = 0; q < Lq; q++)
-            softmax_row(ph + q * Lk, ph + q * Lk, mask ? mask + q * Lk : NULL, Lk);
-        gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ph, Lk, v + ok, E, 0.0f, out + oq, E);
-    }
+// The rows of one head's (Lq, Lk) scores, softmax (mask: (Lq, Lk) or NULL) and its backward.
+CPU_VECTOR_CLONES static void softmax_rows(float *s, const uint8_t *mask, int64_t Lq, int64_t Lk) {
+    for (int64_t q = 0; q < Lq; q++)
+        softmax_row(s + q * Lk, s + q * Lk, mask ? mask + q * Lk : NULL, Lk);
 }
 
-// Per (batch, head): dP = dO v^T into a per-thread (Lq, Lk) scratch, dv += P^T dO, dS in
-// place of dP, dqs += dS k, dk += dS^T qs. Each task writes only its own head's columns.
-void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
-                       const float *p, const float *qs, const float *k, const float *v, int64_t B,
-                       int NH, int64_t Lq, int64_t Lk, int64_t E) {
+CPU_VECTOR_CLONES static void softmax_rows_bwd(float *d, const float *y, int64_t Lq, int64_t Lk) {
+    for (int64_t q = 0; q < Lq; q++)
+        softmax_row_bwd(d + q * Lk, y + q * Lk, Lk);
+}
+
+// Head bh = b*NH + h's probabilities into ph (Lq, Lk): the scores qs_h k_h^T (one thread's
+// GEMM), then the masked softmax of each row. The forward and the backward both call this, so
+// the backward's probabilities are the forward's bit for bit.
+static void head_probabilities(float *ph, const float *qs, const float *k, const uint8_t *mask,
+                               int64_t bh, int NH, int64_t Lq, int64_t Lk, int64_t E) {
+    int64_t D = E / NH, b = bh / NH, col = (bh % NH) * D;
+    KernelCtx one = {.n_threads = 1};
+    gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, qs + b * Lq * E + col, E, k + b * Lk * E + col, E,
+             0.0f, ph, Lk);
+    softmax_rows(ph, mask, Lq, Lk);
+}
+
+// One (batch, head) a task; each thread's (Lq, Lk) probabilities in its own scratch.
+void attention_fwd_cpu(KernelCtx *kc, float *out, const float *qs, const float *k, const float *v,
+                       const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
     int64_t D = E / NH, LL = Lq * Lk;
     KernelCtx one = {.n_threads = 1, .stream = kc->stream};
 #pragma omp parallel num_threads(kc->n_threads)
     {
-        float *ds = xmalloc(sizeof(float) * (size_t)LL);
+        float *ph = xmalloc(sizeof(float) * (size_t)MAX(LL, 1));
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * NH; bh++) {
+            int64_t b = bh / NH, col = (bh % NH) * D;
+            head_probabilities(ph, qs, k, mask, bh, NH, Lq, Lk, E);
+            gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ph, Lk, v + b * Lk * E + col, E, 0.0f,
+                     out + b * Lq * E + col, E);
+        }
+        free(ph);
+    }
+}
+
+// Per (batch, head), in two per-thread (Lq, Lk) scratches: P again (head_probabilities),
+// dP = dO v^T, dv += P^T dO, dS in place of dP, dqs += dS k, dk += dS^T qs. Each task writes
+// only its own head's columns. P stays in the thread's cache from its recomputation to its
+// two uses.
+void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
+                       const float *qs, const float *k, const float *v, const uint8_t *mask,
+                       int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
+    int64_t D = E / NH, LL = Lq * Lk;
+    KernelCtx one = {.n_threads = 1, .stream = kc->stream};
+#pragma omp parallel num_threads(kc->n_threads)
+    {
+        float *ph = xmalloc(sizeof(float) * (size_t)MAX(2 * LL, 1)), *ds = ph + LL;
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * NH; bh++) {
             int64_t b = bh / NH, col = (bh % NH) * D;
             int64_t oq = b * Lq * E + col, ok = b * Lk * E + col;
-            const float *ph = p + bh * LL, *g = dout + oq;
+            const float *g = dout + oq;
+            head_probabilities(ph, qs, k, mask, bh, NH, Lq, Lk, E);
             gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, g, E, v + ok, E, 0.0f, ds, Lk);
             gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ph, Lk, g, E, 1.0f, dv + ok, E);
-            for (int64_t q = 0; q < Lq; q++)
-                softmax_row_bwd(ds + q * Lk, ph + q * Lk, Lk);
+            softmax_rows_bwd(ds, ph, Lq, Lk);
             gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ds, Lk, k + ok, E, 1.0f, dqs + oq, E);
             gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ds, Lk, qs + oq, E, 1.0f, dk + ok, E);
         }
-        free(ds);
+        free(ph);
     }
 }

@@ -154,10 +154,10 @@ FAKE(bias_rows_fwd, (KernelCtx *kc, float *out, const float *bias, int64_t M, in
      (kc, VIEW(float *, out), VIEW(const float *, bias), M, N))
 FAKE(bias_rows_bwd, (KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N),
      (kc, VIEW(float *, dbias), VIEW(const float *, dout), M, N))
-FAKE(attention_fwd, (KernelCtx *kc, float *out, float *p, const float *qs, const float *k, const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E),
-     (kc, VIEW(float *, out), VIEW(float *, p), VIEW(const float *, qs), VIEW(const float *, k), VIEW(const float *, v), VIEW(const uint8_t *, mask), B, NH, Lq, Lk, E))
-FAKE(attention_bwd, (KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout, const float *p, const float *qs, const float *k, const float *v, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E),
-     (kc, VIEW(float *, dqs), VIEW(float *, dk), VIEW(float *, dv), VIEW(const float *, dout), VIEW(const float *, p), VIEW(const float *, qs), VIEW(const float *, k), VIEW(const float *, v), B, NH, Lq, Lk, E))
+FAKE(attention_fwd, (KernelCtx *kc, float *out, const float *qs, const float *k, const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E),
+     (kc, VIEW(float *, out), VIEW(const float *, qs), VIEW(const float *, k), VIEW(const float *, v), VIEW(const uint8_t *, mask), B, NH, Lq, Lk, E))
+FAKE(attention_bwd, (KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout, const float *qs, const float *k, const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E),
+     (kc, VIEW(float *, dqs), VIEW(float *, dk), VIEW(float *, dv), VIEW(const float *, dout), VIEW(const float *, qs), VIEW(const float *, k), VIEW(const float *, v), VIEW(const uint8_t *, mask), B, NH, Lq, Lk, E))
 FAKE(grid_sample_fwd, (KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo),
      (kc, VIEW(float *, out), VIEW(const float *, x), VIEW(const float *, grid), B, C, H, W, Ho, Wo))
 FAKE(grid_sample_bwd, (KernelCtx *kc, float *dx, float *dgrid, const float *dout, const float *x, const float *grid, int64_t B, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo),

@@ -39,9 +39,8 @@
 // B * ceil(OH/4) * ceil(OW/4): 20x20 maps at batch 2 (50) qualify, 10x10 (18) do not.
 #define MIN_CHANNELS 32
 #define MIN_TILES 40
-// The transforms' per-channel loops are compiled for AVX-512 and AVX2 too (chosen at load
-// time by the CPU): LANES = 16 floats are one AVX-512 register.
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The transforms' per-channel loops are CPU_VECTOR_CLONES (cpu_kernels.h): LANES = 16 floats
+// are one AVX-512 register.
 // The 36 GEMMs of a chunk run side by side, one per thread at a time (OpenBLAS's OpenMP build
 // runs single-threaded inside a parallel region): GEMMs of a few hundred columns split across
 // threads lost more than they gained. Each GEMM's result is the same on any thread.
@@ -230,7 +229,7 @@ static Windows output_windows(const Plan *pl) {
 // ---- the transforms and their adjoints; xi = i*WIN + j indexes the WIN x WIN positions ----
 
 // U[xi] (OC, C) = (G w[oc, c] G^T)[xi]; lanes are input channels.
-VECTOR_CLONES static void transform_weights_row(const WinoShape *s, float *U, const float *w,
+CPU_VECTOR_CLONES static void transform_weights_row(const WinoShape *s, float *U, const float *w,
                                                 int64_t oc) {
     for (int64_t c0 = 0; c0 < s->C; c0 += LANES) {
         float g[9 * LANES], u[WIN2 * LANES];
@@ -253,7 +252,7 @@ static void transform_weights(KernelCtx *kc, const Plan *pl, float *U, const flo
 }
 
 // dw[oc, c] += G^T dU[., oc, c] G, the adjoint of transform_weights.
-VECTOR_CLONES static void adjoint_weights_row(const WinoShape *s, float *dw, const float *dU,
+CPU_VECTOR_CLONES static void adjoint_weights_row(const WinoShape *s, float *dw, const float *dU,
                                               int64_t oc) {
     for (int64_t c0 = 0; c0 < s->C; c0 += LANES) {
         float u[WIN2 * LANES], g[9 * LANES];
@@ -277,7 +276,7 @@ static void adjoint_weights(KernelCtx *kc, const Plan *pl, float *dw, const floa
 }
 
 // V[xi] (C, n) = (BT d BT^T)[xi] for the windows d of x of tiles t0 .. t0+n-1.
-VECTOR_CLONES static void transform_inputs_channel(const Plan *pl, const Windows *win, float *V,
+CPU_VECTOR_CLONES static void transform_inputs_channel(const Plan *pl, const Windows *win, float *V,
                                                    const float *x, int64_t n, int64_t t0,
                                                    int64_t c) {
     const WinoShape *s = pl->s;
@@ -293,7 +292,7 @@ VECTOR_CLONES static void transform_inputs_channel(const Plan *pl, const Windows
 // dx += B dV[., c, t] BT over the windows of tiles t0 .. t0+n-1, the adjoint of
 // transform_inputs_channel. Channel c's plane only receives channel c's windows, so channels
 // run in parallel.
-VECTOR_CLONES static void adjoint_inputs_channel(const Plan *pl, const Windows *win, float *dx,
+CPU_VECTOR_CLONES static void adjoint_inputs_channel(const Plan *pl, const Windows *win, float *dx,
                                                  const float *dV, int64_t n, int64_t t0,
                                                  int64_t c) {
     const WinoShape *s = pl->s;
@@ -307,7 +306,7 @@ VECTOR_CLONES static void adjoint_inputs_channel(const Plan *pl, const Windows *
 }
 
 // out (tiles t0 .. t0+n-1) = AT M[., oc, t] AT^T.
-VECTOR_CLONES static void transform_outputs_channel(const Plan *pl, const Windows *win, float *out,
+CPU_VECTOR_CLONES static void transform_outputs_channel(const Plan *pl, const Windows *win, float *out,
                                                     const float *M, int64_t n, int64_t t0,
                                                     int64_t oc) {
     const WinoShape *s = pl->s;
@@ -322,7 +321,7 @@ VECTOR_CLONES static void transform_outputs_channel(const Plan *pl, const Window
 
 // dM[xi] (OC, n) = (A dY AT)[xi] for the output windows dY of dout, the adjoint of
 // transform_outputs_channel.
-VECTOR_CLONES static void adjoint_outputs_channel(const Plan *pl, const Windows *win, float *dM,
+CPU_VECTOR_CLONES static void adjoint_outputs_channel(const Plan *pl, const Windows *win, float *dM,
                                                   const float *dout, int64_t n, int64_t t0,
                                                   int64_t oc) {
     const WinoShape *s = pl->s;

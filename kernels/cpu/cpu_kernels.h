@@ -6,6 +6,18 @@
 
 #include "kernels/backend.h"
 
+// A hot loop's function compiled three times, for AVX-512, AVX2 and the x86-64 baseline (SSE2,
+// all the default -O2 build may assume), the CPU choosing at load time. For compute-bound
+// loops (exp, the transforms): 16 floats an instruction instead of 4. Code under it uses only
+// operations that round once (+ - * /, no FMA contraction in this ISO C build), so elementwise
+// results are the same in every clone; an `omp simd` reduction's order follows the vector
+// width, so a sum can differ in its last bits between CPUs, never between runs on one CPU.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
 // ---- memory, threads (backend_cpu.c) ----
 void *alloc_cpu(size_t nbytes);
 void free_cpu(void *p);
@@ -146,12 +158,11 @@ void upsample_nearest2d_bwd_cpu(KernelCtx *kc, float *dx, const float *dout, int
 // ---- attention.c ----
 void bias_rows_fwd_cpu(KernelCtx *kc, float *out, const float *bias, int64_t M, int64_t N);
 void bias_rows_bwd_cpu(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
-void attention_fwd_cpu(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
-                       const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
-                       int64_t Lk, int64_t E);
+void attention_fwd_cpu(KernelCtx *kc, float *out, const float *qs, const float *k, const float *v,
+                       const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
 void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
-                       const float *p, const float *qs, const float *k, const float *v, int64_t B,
-                       int NH, int64_t Lq, int64_t Lk, int64_t E);
+                       const float *qs, const float *k, const float *v, const uint8_t *mask,
+                       int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
 // ---- deform_attn.c ----
 void grid_sample_fwd_cpu(KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B,
                          int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo);

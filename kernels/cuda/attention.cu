@@ -68,13 +68,13 @@ extern "C" __global__ void attention_softmax_bwd_kernel(float *ds, const float *
         d[k] = (d[k] - dot) * y[k];
 }
 
-void attention_fwd_cuda(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
-                        const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
-                        int64_t Lk, int64_t E) {
-    CHECK(NH >= 1 && E % NH == 0, "attention: E %lld is not a multiple of %d heads", (long long)E,
-          NH);
+// p (B, NH, Lq, Lk) = the probabilities: per b a strided batch of score GEMMs over the heads,
+// then the masked softmax of every row. The forward and the backward both call this, so the
+// backward's probabilities are the forward's bit for bit.
+static void probabilities(KernelCtx *kc, float *p, const float *qs, const float *k,
+                          const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk,
+                          int64_t E) {
     const int64_t D = E / NH, LL = Lq * Lk, rows = B * NH * Lq;
-    if (rows <= 0) return;
     for (int64_t b = 0; b < B; b++) // scores p[b,h] = qs_h k_h^T
         gemm_batched_cuda(kc, NH, false, true, Lq, Lk, D, 1.0f, qs + b * Lq * E, E, D,
                           k + b * Lk * E, E, D, 0.0f, p + b * NH * LL, Lk, LL);
@@ -83,21 +83,34 @@ void attention_fwd_cuda(KernelCtx *kc, float *out, float *p, const float *qs, co
             p, mask, rows, Lq, Lk);
         CUDA_CHECK(cudaGetLastError());
     }
+}
+
+void attention_fwd_cuda(KernelCtx *kc, float *out, const float *qs, const float *k, const float *v,
+                        const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
+    CHECK(NH >= 1 && E % NH == 0, "attention: E %lld is not a multiple of %d heads", (long long)E,
+          NH);
+    const int64_t D = E / NH, LL = Lq * Lk, rows = B * NH * Lq;
+    if (rows <= 0) return;
+    float *p = (float *)scratch_alloc(kc, sizeof(float) * (size_t)(B * NH * LL));
+    probabilities(kc, p, qs, k, mask, B, NH, Lq, Lk, E);
     for (int64_t b = 0; b < B; b++) // out_h = p[b,h] v_h
         gemm_batched_cuda(kc, NH, false, false, Lq, D, Lk, 1.0f, p + b * NH * LL, Lk, LL,
                           v + b * Lk * E, E, D, 0.0f, out + b * Lq * E, E, D);
+    scratch_free(kc, p);
 }
 
-// dP = dO v^T into scratch, dv += P^T dO, dS = the softmax backward of dP in place,
-// dqs += dS k, dk += dS^T qs: per b, each a strided batch over the heads.
+// P again (probabilities), dP = dO v^T into scratch, dv += P^T dO, dS = the softmax backward of
+// dP in place, dqs += dS k, dk += dS^T qs: per b, each a strided batch over the heads.
 void attention_bwd_cuda(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
-                        const float *p, const float *qs, const float *k, const float *v, int64_t B,
-                        int NH, int64_t Lq, int64_t Lk, int64_t E) {
+                        const float *qs, const float *k, const float *v, const uint8_t *mask,
+                        int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
     CHECK(NH >= 1 && E % NH == 0, "attention: E %lld is not a multiple of %d heads", (long long)E,
           NH);
     const int64_t D = E / NH, LL = Lq * Lk, rows = B * NH * Lq;
     if (rows <= 0 || Lk <= 0) return;
-    float *ds = (float *)scratch_alloc(kc, sizeof(float) * (size_t)(B * NH * LL));
+    float *p = (float *)scratch_alloc(kc, sizeof(float) * (size_t)(2 * B * NH * LL));
+    float *ds = p + B * NH * LL;
+    probabilities(kc, p, qs, k, mask, B, NH, Lq, Lk, E);
     for (int64_t b = 0; b < B; b++) {
         const float *g = dout + b * Lq * E, *pb = p + b * NH * LL;
         gemm_batched_cuda(kc, NH, false, true, Lq, Lk, D, 1.0f, g, E, D, v + b * Lk * E, E, D, 0.0f,
@@ -115,5 +128,5 @@ void attention_bwd_cuda(KernelCtx *kc, float *dqs, float *dk, float *dv, const f
         gemm_batched_cuda(kc, NH, true, false, Lk, D, Lq, 1.0f, dsb, Lk, LL, qs + b * Lq * E, E, D,
                           1.0f, dk + b * Lk * E, E, D);
     }
-    scratch_free(kc, ds);
+    scratch_free(kc, p);
 }

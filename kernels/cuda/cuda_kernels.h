@@ -161,12 +161,11 @@ void upsample_nearest2d_bwd_cuda(KernelCtx *kc, float *dx, const float *dout, in
 // ---- attention.cu ----
 void bias_rows_fwd_cuda(KernelCtx *kc, float *out, const float *bias, int64_t M, int64_t N);
 void bias_rows_bwd_cuda(KernelCtx *kc, float *dbias, const float *dout, int64_t M, int64_t N);
-void attention_fwd_cuda(KernelCtx *kc, float *out, float *p, const float *qs, const float *k,
-                        const float *v, const uint8_t *mask, int64_t B, int NH, int64_t Lq,
-                        int64_t Lk, int64_t E);
+void attention_fwd_cuda(KernelCtx *kc, float *out, const float *qs, const float *k, const float *v,
+                        const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
 void attention_bwd_cuda(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
-                        const float *p, const float *qs, const float *k, const float *v, int64_t B,
-                        int NH, int64_t Lq, int64_t Lk, int64_t E);
+                        const float *qs, const float *k, const float *v, const uint8_t *mask,
+                        int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E);
 // ---- deform_attn.cu ----
 void grid_sample_fwd_cuda(KernelCtx *kc, float *out, const float *x, const float *grid, int64_t B,
                           int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo);

@@ -11,11 +11,11 @@
 #include "kernels/base.h"
 
 // Saved for backward (step arena): the projections after scaling (qs = q * scale, what the
-// score GEMM read) and the mask. Not the attention probabilities: backward recomputes them
-// with the forward's kernel (bit for bit the same), because they are the largest thing the
-// forward would hold (rtdetr-l's decoder self-attention, 500 queries: 16 MB a layer; the
-// step's saved contexts went from 128 MB to 36) and cheap to compute again (its six decoder
-// layers' scores and products: ~3 GFLOP of the step's 212).
+// score GEMM read) and the mask. Not the attention probabilities: attention_bwd computes them
+// again, bit for bit (kernels/backend.h), because they are the largest thing the forward
+// would hold (rtdetr-l's decoder self-attention, 500 queries: 16 MB a layer; the step's saved
+// contexts went from 128 MB to 36) and cheap to compute again (the scores of its six decoder
+// layers: ~1.5 GFLOP of the step's 212).
 typedef struct MhaCtx {
     float *qs;           // (B, Lq, E)
     float *k, *v;        // (B, Lk, E)
@@ -53,18 +53,14 @@ static void mha_core_backward(Tape *t, Node *n) {
     int64_t B = query->shape[0], Lq = query->shape[1], E = query->shape[2], Lk = key->shape[1];
 
     // the backward's temporaries (tape_take: released buffers of this step where they fit)
-    const int64_t n_q = B * Lq * E, n_k = B * Lk * E, n_p = B * c->n_heads * Lq * Lk;
+    const int64_t n_q = B * Lq * E, n_k = B * Lk * E;
     float *dqs = tape_take(t, n_q), *dq = tape_take(t, n_q);
     float *dk = tape_take(t, n_k), *dv = tape_take(t, n_k);
-    float *p = tape_take(t, n_p), *out_again = tape_take(t, n_q);
     be->fill(&t->kc, dqs, 0.0f, n_q);
     be->fill(&t->kc, dk, 0.0f, n_k);
     be->fill(&t->kc, dv, 0.0f, n_k);
-    be->attention_fwd(&t->kc, out_again, p, c->qs, c->k, c->v, c->mask, B, c->n_heads, Lq, Lk, E);
-    be->attention_bwd(&t->kc, dqs, dk, dv, out->grad, p, c->qs, c->k, c->v, B, c->n_heads, Lq,
-                      Lk, E);
-    tape_give(t, out_again, n_q);
-    tape_give(t, p, n_p);
+    be->attention_bwd(&t->kc, dqs, dk, dv, out->grad, c->qs, c->k, c->v, c->mask, B, c->n_heads,
+                      Lq, Lk, E);
     // qs = q * scale, so dq = dqs * scale, the product rounded once as in PyTorch
     be->scale_fwd(&t->kc, dq, dqs, c->scale, n_q);
 
@@ -130,10 +126,7 @@ Tensor *op_mha_core(Tape *t, Tensor *query, Tensor *key, Tensor *value, Tensor *
 
     c.mask = mask;
     Tensor *out = tensor_3d(t->arena, B, Lq, E);
-    // p: the probabilities, used by this call only (backward computes them again)
-    float *p = tape_take(t, B * NH * LL);
-    be->attention_fwd(&t->kc, out->data, p, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
-    tape_give(t, p, B * NH * LL);
+    be->attention_fwd(&t->kc, out->data, c.qs, c.k, c.v, mask, B, NH, Lq, Lk, E);
 
     Node *n =
         tape_record(t, &mha_core_info,
