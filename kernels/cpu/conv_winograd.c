@@ -137,20 +137,35 @@ static Plan plan(const WinoShape *s) {
     return pl;
 }
 
+// Where tile t's window lies in its image's plane: computed once per chunk, not once per
+// channel (the divisions of a tile's coordinates cost as much as moving its window).
+typedef struct TileSpot {
+    int64_t offset;     // image * img_stride + y0 * cols + x0 (the window's first element)
+    int32_t image, y0, x0;
+    bool inside;        // the whole window lies within the plane
+} TileSpot;
+
 // The windows of one plane per tile: tile t's window is the n x n block at
 // (ty*m - off_h, tx*m - off_w) of the plane (rows, cols) of its image, planes img_stride apart.
+// spot[t - spot_t0] for the tiles of the current chunk.
 typedef struct Windows {
     int64_t rows, cols, img_stride;
     int n, off_h, off_w;
+    const TileSpot *spot;
+    int64_t spot_t0;
 } Windows;
 
-// Image and window origin of tile t.
-static void window_origin(const Plan *pl, const Windows *win, int64_t t, int64_t *b, int64_t *y0,
-                          int64_t *x0) {
-    const int64_t per_image = pl->TH * pl->TW, r = t % per_image;
-    *b = t / per_image;
-    *y0 = r / pl->TW * TILE - win->off_h;
-    *x0 = r % pl->TW * TILE - win->off_w;
+// The spots of tiles t0 .. t0+n-1 (those that exist) into spot.
+static void locate_tiles(const Plan *pl, const Windows *win, int64_t t0, int64_t n, TileSpot *spot) {
+    const int64_t per_image = pl->TH * pl->TW;
+    for (int64_t t = t0; t < MIN(t0 + n, pl->T); t++) {
+        const int64_t b = t / per_image, r = t % per_image;
+        const int64_t y0 = r / pl->TW * TILE - win->off_h, x0 = r % pl->TW * TILE - win->off_w;
+        spot[t - t0] = (TileSpot){
+            .offset = b * win->img_stride + y0 * win->cols + x0,
+            .image = (int32_t)b, .y0 = (int32_t)y0, .x0 = (int32_t)x0,
+            .inside = y0 >= 0 && x0 >= 0 && y0 + win->n <= win->rows && x0 + win->n <= win->cols};
+    }
 }
 
 // d (n, n, LANES): lane z holds tile t0+z's window of plane, zeros outside the plane and past
@@ -159,25 +174,25 @@ static void gather_windows(const Plan *pl, const Windows *win, const float *plan
                            float *d) {
     const int n = win->n;
     for (int z = 0; z < LANES; z++) {
-        int64_t b, y0, x0;
         if (t0 + z >= pl->T) {
             for (int i = 0; i < n * n; i++)
                 d[i * LANES + z] = 0.0f;
             continue;
         }
-        window_origin(pl, win, t0 + z, &b, &y0, &x0);
-        const float *p = plane + b * win->img_stride;
-        if (y0 >= 0 && x0 >= 0 && y0 + n <= win->rows && x0 + n <= win->cols) { // inside
+        const TileSpot *sp = &win->spot[t0 + z - win->spot_t0];
+        if (sp->inside) {
+            const float *p = plane + sp->offset;
             for (int i = 0; i < n; i++)
                 for (int j = 0; j < n; j++)
-                    d[(i * n + j) * LANES + z] = p[(y0 + i) * win->cols + x0 + j];
+                    d[(i * n + j) * LANES + z] = p[i * win->cols + j];
             continue;
         }
+        const float *p = plane + sp->image * win->img_stride;
         for (int i = 0; i < n; i++) {
-            const int64_t y = y0 + i;
+            const int64_t y = sp->y0 + i;
             const bool row_in = y >= 0 && y < win->rows;
             for (int j = 0; j < n; j++) {
-                const int64_t x = x0 + j;
+                const int64_t x = sp->x0 + j;
                 d[(i * n + j) * LANES + z] =
                     row_in && x >= 0 && x < win->cols ? p[y * win->cols + x] : 0.0f;
             }
@@ -191,22 +206,22 @@ static void scatter_windows(const Plan *pl, const Windows *win, float *plane, in
                             const float *d, bool accumulate) {
     const int n = win->n;
     for (int z = 0; z < LANES && t0 + z < pl->T; z++) {
-        int64_t b, y0, x0;
-        window_origin(pl, win, t0 + z, &b, &y0, &x0);
-        float *p = plane + b * win->img_stride;
-        if (y0 >= 0 && x0 >= 0 && y0 + n <= win->rows && x0 + n <= win->cols) { // inside
+        const TileSpot *sp = &win->spot[t0 + z - win->spot_t0];
+        if (sp->inside) {
+            float *p = plane + sp->offset;
             for (int i = 0; i < n; i++)
                 for (int j = 0; j < n; j++) {
-                    float *q = p + (y0 + i) * win->cols + x0 + j;
+                    float *q = p + i * win->cols + j;
                     *q = accumulate ? *q + d[(i * n + j) * LANES + z] : d[(i * n + j) * LANES + z];
                 }
             continue;
         }
+        float *p = plane + sp->image * win->img_stride;
         for (int i = 0; i < n; i++) {
-            const int64_t y = y0 + i;
+            const int64_t y = sp->y0 + i;
             if (y < 0 || y >= win->rows) continue;
             for (int j = 0; j < n; j++) {
-                const int64_t x = x0 + j;
+                const int64_t x = sp->x0 + j;
                 if (x < 0 || x >= win->cols) continue;
                 const float v = d[(i * n + j) * LANES + z];
                 p[y * win->cols + x] = accumulate ? p[y * win->cols + x] + v : v;
@@ -218,12 +233,12 @@ static void scatter_windows(const Plan *pl, const Windows *win, float *plane, in
 // Windows of the input x (a x a, shifted by the padding) and of the output (m x m).
 static Windows input_windows(const Plan *pl) {
     const WinoShape *s = pl->s;
-    return (Windows){s->H, s->W, s->C * s->H * s->W, WIN, s->pad_h, s->pad_w};
+    return (Windows){s->H, s->W, s->C * s->H * s->W, WIN, s->pad_h, s->pad_w, NULL, 0};
 }
 
 static Windows output_windows(const Plan *pl) {
     const WinoShape *s = pl->s;
-    return (Windows){s->OH, s->OW, s->OC * s->OH * s->OW, TILE, 0, 0};
+    return (Windows){s->OH, s->OW, s->OC * s->OH * s->OW, TILE, 0, 0, NULL, 0};
 }
 
 // ---- the transforms and their adjoints; xi = i*WIN + j indexes the WIN x WIN positions ----
@@ -345,10 +360,14 @@ static void over_channels(KernelCtx *kc, const Plan *pl, ChannelTransform fn, bo
                           float *dst, const float *src, int64_t n, int64_t t0) {
     const WinoShape *s = pl->s;
     const int64_t n_channels = input_side ? s->C : s->OC;
-    const Windows win = input_side ? input_windows(pl) : output_windows(pl);
+    Windows win = input_side ? input_windows(pl) : output_windows(pl);
+    TileSpot *spot = xmalloc(sizeof(TileSpot) * (size_t)n);
+    locate_tiles(pl, &win, t0, n, spot);
+    win.spot = spot, win.spot_t0 = t0;
 #pragma omp parallel for num_threads(kc->n_threads) if (n_channels * n * WIN2 > PAR_MIN_WORK)
     for (int64_t c = 0; c < n_channels; c++)
         fn(pl, &win, dst, src, n, t0, c);
+    free(spot);
 }
 
 // ---- entry points ----
