@@ -85,9 +85,10 @@ typedef struct Backend {
     // ---- elementwise, activations, reductions, softmax, norms (kernels/cpu/elementwise.c,
     //      kernels/cpu/reduce.c, kernels/cpu/norm.c) ----
     // BEGIN elementwise
-    // Unary activations, fwd: out[i] = f(inp[i]); bwd: dinp[i] += f'(.) * dout[i]. Every
+    // Unary activations, fwd: out[i] = f(inp[i]); bwd: dinp[i] = f'(.) * dout[i]. Every
     // pointer (n). The bwd kernels read the forward's input, except sigmoid_bwd and exp_bwd,
-    // which read its output (as PyTorch's formulas do). bwd kernels ACCUMULATE.
+    // which read its output (as PyTorch's formulas do). bwd kernels WRITE every dinp[i] (they
+    // do not accumulate: the op adds into an existing gradient itself, tape_grad_fresh).
     // relu: max(x, 0); gradient where x > 0. out may be inp (relu_, in place).
     void (*relu_fwd)(KernelCtx *kc, float *out, const float *inp, int64_t n);
     void (*relu_bwd)(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
@@ -117,7 +118,7 @@ typedef struct Backend {
     void (*abs_fwd)(KernelCtx *kc, float *out, const float *inp, int64_t n);
     void (*abs_bwd)(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
     // x^e as torch.pow(x, e) (e = 0.5, 2, 3, -0.5, -1, -2 take PyTorch's exact special cases);
-    // bwd dout * (e * x^(e-1)), and 0 when e == 0.
+    // bwd dout * (e * x^(e-1)), and 0 when e == 0 (written too).
     void (*pow_scalar_fwd)(KernelCtx *kc, float *out, const float *inp, float e, int64_t n);
     void (*pow_scalar_bwd)(KernelCtx *kc, float *dinp, const float *inp, const float *dout,
                            float e, int64_t n);
@@ -220,7 +221,8 @@ typedef struct Backend {
                             int64_t B, int64_t C, int64_t HW);
     // Gradients of either forward from dout (B, C, HW): dinp (B, C, HW), dweight, dbias (C),
     // each NULL when not wanted. training: dinp includes the terms through the batch mean
-    // and variance. save_mean, save_invstd as the forward wrote them. ACCUMULATES.
+    // and variance. save_mean, save_invstd as the forward wrote them. WRITES every element
+    // of dinp; ACCUMULATES into dweight and dbias.
     void (*batchnorm_bwd)(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight,
                           const float *save_mean, const float *save_invstd, int64_t B,

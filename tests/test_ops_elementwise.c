@@ -701,8 +701,37 @@ static void test_softmax(void) {
     EXPECT(gradcheck("softmax", fwd_softmax, NULL, &xr, 1, gc_train) == 0, "gradcheck softmax");
 }
 
+// A first gradient is written, later ones added (tape_grad_fresh, tape_grad_to_write): x feeds
+// relu, silu, a double reshape and sub, and relu(x) feeds add and sub, so each op's backward
+// meets x's (and relu(x)'s) gradient both fresh and already holding a sum. x is a leaf whose
+// stale buffer holds 1e6 (grad_defined false: the first write must replace it, not add to it).
+// loss = sum(concat([relu(x) + silu(x), x reshaped], 1)) + sum(x - relu(x)), so
+// dx = silu'(x) + 1 + 1 (relu(x)'s gradient is 1 - 1 = 0).
+static void test_first_gradient_written(void) {
+    for (int threads = 1; threads <= 2; threads++) {
+        GcTape f;
+        Tape *t = gc_tape_init(&f, threads);
+        Tensor *x = leaf(2, (int64_t[]){2, 6}, 41, -2.0f, 2.0f);
+        for (int64_t i = 0; i < x->n; i++) x->grad[i] = 1e6f;
+        x->grad_defined = false;
+        Tensor *a = op_relu(t, x);
+        Tensor *c = op_add(t, a, op_silu(t, x));
+        Tensor *d = op_reshape(t, op_reshape(t, x, 2, (int64_t[]){3, 4}), 2, (int64_t[]){2, 6});
+        Tensor *cat = op_concat(t, (Tensor *[]){c, d}, 2, 1);
+        Tensor *loss = op_add(t, op_sum(t, cat), op_sum(t, op_sub(t, x, a)));
+        EXPECT(tape_backward(t, loss, NULL) == 0, "backward failed");
+        EXPECT(x->grad_defined, "x's gradient is defined");
+        for (int64_t i = 0; i < x->n; i++) {
+            double v = x->data[i], s = 1.0 / (1.0 + exp(-v));
+            EXPECT_NEAR(x->grad[i], s * (1.0 + v * (1.0 - s)) + 2.0, 1e-6, 1e-6);
+        }
+        gc_tape_free(&f);
+    }
+}
+
 int main(void) {
     arena_init(&leaves, DEV_CPU, 1 << 24);
+    test_first_gradient_written();
     test_unary_values();
     test_relu_in_place();
     test_clamp_nan();

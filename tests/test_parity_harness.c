@@ -19,10 +19,11 @@
 static const Backend *cpu;
 
 // ---- the broken kernels (CPU memory: they may touch the buffers directly) ----
-static void relu_bwd_overwrites(KernelCtx *kc, float *dinp, const float *inp, const float *dout,
-                                int64_t n) {
+// relu_bwd WRITES dinp (kernels/backend.h): one that adds to what dinp held is wrong.
+static void relu_bwd_accumulates(KernelCtx *kc, float *dinp, const float *inp, const float *dout,
+                                 int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+        dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 static void softmax_fwd_skips_last(KernelCtx *kc, float *out, const float *inp, int64_t rows,
@@ -123,9 +124,9 @@ int main(void) {
 
     Backend m = *cpu;
     m.name = "mutant";
-    m.relu_bwd = relu_bwd_overwrites;
+    m.relu_bwd = relu_bwd_accumulates;
     r = broken("relu_bwd", &m, "elements outside");
-    EXPECT(r.failed == r.rows, "an overwriting backward fails every relu row");
+    EXPECT(r.failed == r.rows, "an accumulating backward fails every relu row");
 
     m = *cpu, m.name = "mutant", m.softmax_fwd = softmax_fwd_skips_last;
     r = broken("softmax_fwd", &m, "y: 1 of");

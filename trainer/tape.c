@@ -142,6 +142,29 @@ float *tape_grad(Tape *t, Tensor *x) {
     return x->grad;
 }
 
+float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh) {
+    CHECK(x->requires_grad, "tape_grad_fresh on a tensor that does not require grad");
+    *fresh = !x->grad || (x->grad_fn == NULL && !x->grad_defined);
+    if (!*fresh) return x->grad;
+    if (!x->grad) x->grad = tape_take(t, x->n);
+    x->grad_defined = true;
+    return x->grad;
+}
+
+float *tape_grad_to_write(Tape *t, Tensor *x) {
+    bool fresh;
+    float *g = tape_grad_fresh(t, x, &fresh);
+    return fresh ? g : tape_take(t, x->n);
+}
+
+void tape_grad_written(Tape *t, Tensor *x, float *written) {
+    if (written == x->grad) return;
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, axpy);
+    be->axpy(&t->kc, x->grad, 1.0f, written, x->n);
+    tape_give(t, written, x->n);
+}
+
 // ---- the ready queue: std::priority_queue<NodeTask, vector, CompareNodeTaskTime> ----
 typedef struct Task {
     uint64_t key;  // sequence number; UINT64_MAX for AccumulateGrad

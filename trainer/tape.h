@@ -122,6 +122,17 @@ void tape_drop_since(Tape *t, int64_t first_node, const Tensor *keep);
 // The gradient buffer of x, allocated and zeroed on first use. For a leaf it sets
 // grad_defined (zeroing a stale buffer first), like AccumulateGrad's "grad was None" path.
 float *tape_grad(Tape *t, Tensor *x);
+// The same buffer for a caller that can write x's first gradient instead of adding it: when x
+// has no gradient yet (*fresh set), it comes without the zero fill and the caller must write
+// every element (a copy, a kernel that WRITES); otherwise (*fresh cleared) it holds the
+// gradient so far and the caller adds to it. As PyTorch's engine takes a first gradient as it
+// is: rtdetr-l's step zero-filled 857 MB of activation gradients before they were added to.
+float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh);
+// For a kernel that WRITES x's gradient contribution: the buffer to give it (x's own when
+// fresh, else a step-arena temporary), then tape_grad_written adds a temporary in and gives
+// it back. Bit for bit what an accumulating kernel would leave (g + 1 * c = g + c).
+float *tape_grad_to_write(Tape *t, Tensor *x);
+void tape_grad_written(Tape *t, Tensor *x, float *written);
 
 // Queues fn(user) to run when the current (or next) tape_backward has run every node, as
 // DDP's reducer queues finalize_backward. A callback may queue another; it runs too.

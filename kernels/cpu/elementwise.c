@@ -27,7 +27,7 @@ void relu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dou
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float d = dout[i];
-        dinp[i] += inp[i] > 0.0f ? d : 0.0f;
+        dinp[i] = inp[i] > 0.0f ? d : 0.0f;
     }
 }
 
@@ -74,7 +74,7 @@ void silu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dou
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float s = 1.0f / (1.0f + expf_simd(-inp[i]));
-        dinp[i] += dout[i] * s * (1.0f + inp[i] * (1.0f - s));
+        dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
     }
 }
 
@@ -94,7 +94,7 @@ void gelu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dou
         float x = inp[i];
         float cdf = 0.5f * (1.0f + erff(x * alpha));
         float pdf = beta * expf(x * x * -0.5f);
-        dinp[i] += dout[i] * (cdf + x * pdf);
+        dinp[i] = dout[i] * (cdf + x * pdf);
     }
 }
 
@@ -107,7 +107,7 @@ void sigmoid_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
 void sigmoid_bwd_cpu(KernelCtx *kc, float *dinp, const float *out, const float *dout, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] += dout[i] * (1.0f - out[i]) * out[i];
+        dinp[i] = dout[i] * (1.0f - out[i]) * out[i];
 }
 
 // ---- inverse sigmoid: the Ultralytics composition, unrolled ----
@@ -142,7 +142,7 @@ void inverse_sigmoid_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const
         float g1 = gq / x2;
         float g2 = -gq * ((x1 / x2) / x2);
         float gx = (x >= INVSIG_EPS ? g1 : 0.0f) + -(omx >= INVSIG_EPS ? g2 : 0.0f);
-        dinp[i] += inp[i] >= 0.0f && inp[i] <= 1.0f ? gx : 0.0f;
+        dinp[i] = inp[i] >= 0.0f && inp[i] <= 1.0f ? gx : 0.0f;
     }
 }
 
@@ -156,7 +156,7 @@ void exp_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
 void exp_bwd_cpu(KernelCtx *kc, float *dinp, const float *out, const float *dout, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] += dout[i] * out[i];
+        dinp[i] = dout[i] * out[i];
 }
 
 void log_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
@@ -168,7 +168,7 @@ void log_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
 void log_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] += dout[i] / inp[i];
+        dinp[i] = dout[i] / inp[i];
 }
 
 void abs_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
@@ -181,7 +181,7 @@ void abs_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float sgn = (float)(inp[i] > 0.0f) - (float)(inp[i] < 0.0f);
-        dinp[i] += dout[i] * sgn;
+        dinp[i] = dout[i] * sgn;
     }
 }
 
@@ -204,10 +204,9 @@ void pow_scalar_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float e, in
 
 void pow_scalar_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, float e,
                         int64_t n) {
-    if (e == 0.0f) return; // PyTorch: zeros, whatever x is
 #pragma omp parallel for num_threads(kc->n_threads) if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dinp[i] += dout[i] * (e * pow_torch(inp[i], e - 1.0f));
+    for (int64_t i = 0; i < n; i++) // e == 0: zeros, whatever x is (PyTorch)
+        dinp[i] = e == 0.0f ? 0.0f : dout[i] * (e * pow_torch(inp[i], e - 1.0f));
 }
 
 void clamp_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float lo, float hi, int64_t n) {
@@ -222,7 +221,7 @@ void clamp_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *do
                    float hi, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] += inp[i] >= lo && inp[i] <= hi ? dout[i] : 0.0f;
+        dinp[i] = inp[i] >= lo && inp[i] <= hi ? dout[i] : 0.0f;
 }
 
 void scale_fwd_cpu(KernelCtx *kc, float *out, const float *inp, float s, int64_t n) {

@@ -223,11 +223,11 @@ void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
                 if (training) {
 #pragma omp simd
                     for (int64_t i = 0; i < HW; i++)
-                        dx[i] += (dy[i] - grad_mean - (x[i] - mean) * k) * w_invstd;
+                        dx[i] = (dy[i] - grad_mean - (x[i] - mean) * k) * w_invstd;
                 } else {
 #pragma omp simd
                     for (int64_t i = 0; i < HW; i++)
-                        dx[i] += dy[i] * w_invstd;
+                        dx[i] = dy[i] * w_invstd;
                 }
             }
         }

@@ -26,7 +26,7 @@ extern "C" __global__ void relu_bwd_kernel(float *dinp, const float *inp, const 
                                            int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+    dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 extern "C" __global__ void silu_fwd_kernel(float *out, const float *inp, int64_t n) {
@@ -40,7 +40,7 @@ extern "C" __global__ void silu_bwd_kernel(float *dinp, const float *inp, const 
     int64_t i = thread_index();
     if (i >= n) return;
     float s = sigmoidf(inp[i]);
-    dinp[i] += dout[i] * s * (1.0f + inp[i] * (1.0f - s));
+    dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
 }
 
 #define GELU_ALPHA ((float)M_SQRT1_2)
@@ -60,7 +60,7 @@ extern "C" __global__ void gelu_bwd_kernel(float *dinp, const float *inp, const 
     float x = inp[i];
     float cdf = 0.5f * (1.0f + erff(x * GELU_ALPHA));
     float pdf = GELU_BETA * expf(x * x * -0.5f);
-    dinp[i] += dout[i] * (cdf + x * pdf);
+    dinp[i] = dout[i] * (cdf + x * pdf);
 }
 
 extern "C" __global__ void sigmoid_fwd_kernel(float *out, const float *inp, int64_t n) {
@@ -73,7 +73,7 @@ extern "C" __global__ void sigmoid_bwd_kernel(float *dinp, const float *out, con
                                               int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += dout[i] * (1.0f - out[i]) * out[i];
+    dinp[i] = dout[i] * (1.0f - out[i]) * out[i];
 }
 
 // Ultralytics' inverse_sigmoid, eps 1e-5, as the CPU unrolls it.
@@ -106,7 +106,7 @@ extern "C" __global__ void inverse_sigmoid_bwd_kernel(float *dinp, const float *
     float g1 = gq / x2;
     float g2 = -gq * ((x1 / x2) / x2);
     float gx = (x >= INVSIG_EPS ? g1 : 0.0f) + -(omx >= INVSIG_EPS ? g2 : 0.0f);
-    dinp[i] += inp[i] >= 0.0f && inp[i] <= 1.0f ? gx : 0.0f;
+    dinp[i] = inp[i] >= 0.0f && inp[i] <= 1.0f ? gx : 0.0f;
 }
 
 extern "C" __global__ void exp_fwd_kernel(float *out, const float *inp, int64_t n) {
@@ -119,7 +119,7 @@ extern "C" __global__ void exp_bwd_kernel(float *dinp, const float *out, const f
                                           int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += dout[i] * out[i];
+    dinp[i] = dout[i] * out[i];
 }
 
 extern "C" __global__ void log_fwd_kernel(float *out, const float *inp, int64_t n) {
@@ -132,7 +132,7 @@ extern "C" __global__ void log_bwd_kernel(float *dinp, const float *inp, const f
                                           int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += dout[i] / inp[i];
+    dinp[i] = dout[i] / inp[i];
 }
 
 extern "C" __global__ void abs_fwd_kernel(float *out, const float *inp, int64_t n) {
@@ -146,7 +146,7 @@ extern "C" __global__ void abs_bwd_kernel(float *dinp, const float *inp, const f
     int64_t i = thread_index();
     if (i >= n) return;
     float sgn = (float)(inp[i] > 0.0f) - (float)(inp[i] < 0.0f);
-    dinp[i] += dout[i] * sgn;
+    dinp[i] = dout[i] * sgn;
 }
 
 // torch.pow(x, e) on a float tensor: the exponents ATen special-cases, else powf.
@@ -170,7 +170,7 @@ extern "C" __global__ void pow_scalar_bwd_kernel(float *dinp, const float *inp, 
                                                  float e, int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += dout[i] * (e * pow_torch(inp[i], e - 1.0f));
+    dinp[i] = e == 0.0f ? 0.0f : dout[i] * (e * pow_torch(inp[i], e - 1.0f)); // e 0: zeros (PyTorch)
 }
 
 extern "C" __global__ void clamp_fwd_kernel(float *out, const float *inp, float lo, float hi,
@@ -185,7 +185,7 @@ extern "C" __global__ void clamp_bwd_kernel(float *dinp, const float *inp, const
                                             float lo, float hi, int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    dinp[i] += inp[i] >= lo && inp[i] <= hi ? dout[i] : 0.0f;
+    dinp[i] = inp[i] >= lo && inp[i] <= hi ? dout[i] : 0.0f;
 }
 
 extern "C" __global__ void scale_fwd_kernel(float *out, const float *inp, float s, int64_t n) {
@@ -308,7 +308,6 @@ void pow_scalar_fwd_cuda(KernelCtx *kc, float *out, const float *inp, float e, i
 
 void pow_scalar_bwd_cuda(KernelCtx *kc, float *dinp, const float *inp, const float *dout, float e,
                          int64_t n) {
-    if (e == 0.0f) return; // PyTorch: zeros, whatever x is
     if (n <= 0) return;
     pow_scalar_bwd_kernel<<<blocks_for(n), CUDA_THREADS, 0, stream_of(kc)>>>(dinp, inp, dout, e, n);
     CUDA_CHECK(cudaGetLastError());

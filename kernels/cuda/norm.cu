@@ -262,9 +262,9 @@ extern "C" __global__ void batchnorm_bwd_kernel(float *dinp, const float *dout, 
     int64_t c = t / HW % C;
     float w_invstd = save_invstd[c] * (weight ? weight[c] : 1.0f);
     if (training)
-        dinp[t] += (dout[t] - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * w_invstd;
+        dinp[t] = (dout[t] - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * w_invstd;
     else
-        dinp[t] += dout[t] * w_invstd;
+        dinp[t] = dout[t] * w_invstd;
 }
 
 void batchnorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,

@@ -28,7 +28,9 @@ static void unary_backward(Tape *t, Node *n, UnaryBwd bwd, const Tensor *saved) 
     Tensor *x = n->in[0], *y = n->out[0];
     CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
           backend_need(x->dev)->name);
-    bwd(&t->kc, tape_grad(t, x), saved->data, y->grad, x->n);
+    float *dx = tape_grad_to_write(t, x); // the kernels WRITE (kernels/backend.h)
+    bwd(&t->kc, dx, saved->data, y->grad, x->n);
+    tape_grad_written(t, x, dx);
 }
 
 // Also relu_'s backward: then in[0]'s data holds relu(x), whose mask relu(x) > 0 is x > 0.
@@ -194,7 +196,9 @@ static void pow_scalar_backward(Tape *t, Node *n) {
     const ScaleCtx *c = n->ctx;
     const Backend *be = backend_need(x->dev);
     KERNEL_CHECK(be, pow_scalar_bwd);
-    be->pow_scalar_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->s, x->n);
+    float *dx = tape_grad_to_write(t, x);
+    be->pow_scalar_bwd(&t->kc, dx, x->data, y->grad, c->s, x->n);
+    tape_grad_written(t, x, dx);
 }
 
 static const OpInfo pow_scalar_info = {.name = "pow_scalar", .backward = pow_scalar_backward};
@@ -223,7 +227,9 @@ static void clamp_backward(Tape *t, Node *n) {
     const ClampCtx *c = n->ctx;
     const Backend *be = backend_need(x->dev);
     KERNEL_CHECK(be, clamp_bwd);
-    be->clamp_bwd(&t->kc, tape_grad(t, x), x->data, y->grad, c->lo, c->hi, x->n);
+    float *dx = tape_grad_to_write(t, x);
+    be->clamp_bwd(&t->kc, dx, x->data, y->grad, c->lo, c->hi, x->n);
+    tape_grad_written(t, x, dx);
 }
 
 static const OpInfo clamp_info = {.name = "clamp", .backward = clamp_backward};

@@ -37,7 +37,7 @@ typedef void (*BinaryBwd)(KernelCtx *kc, float *da, float *db, const float *dout
                           const float *b, int ndim, const int64_t *a_shape, const int64_t *b_shape);
 
 // op_<name> runs be-><name>_fwd through binary, <name>_backward runs be-><name>_bwd through
-// binary_backward_dout or binary_backward. The kernel is CHECKed here, with KERNEL_CHECK's
+// add_sub_backward or binary_backward. The kernel is CHECKed here, with KERNEL_CHECK's
 // message.
 static Tensor *binary(Tape *t, Tensor *a, Tensor *b, BinaryFwd fwd, const OpInfo *info) {
     CHECK(fwd != NULL, "%s_fwd: no %s kernel (missing from the backend table)", info->name,
@@ -50,15 +50,6 @@ static Tensor *binary(Tape *t, Tensor *a, Tensor *b, BinaryFwd fwd, const OpInfo
     return y;
 }
 
-static void binary_backward_dout(Tape *t, Node *n, BinaryBwdDout bwd) {
-    Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
-    int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
-    int nd = broadcast(n->info->name, a, b, as, bs, os);
-    CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
-          backend_need(y->dev)->name);
-    bwd(&t->kc, grad_or_null(t, a), grad_or_null(t, b), y->grad, nd, as, bs);
-}
-
 static void binary_backward(Tape *t, Node *n, BinaryBwd bwd) {
     Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
     int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
@@ -68,12 +59,46 @@ static void binary_backward(Tape *t, Node *n, BinaryBwd bwd) {
     bwd(&t->kc, grad_or_null(t, a), grad_or_null(t, b), y->grad, a->data, b->data, nd, as, bs);
 }
 
+// x (not broadcast: y's count) gets sign * dout: written when it is x's first gradient (a copy,
+// or the negation; no zero fill), else added. Bit for bit the kernel's += dout or -= dout.
+static void pass_grad(Tape *t, Tensor *x, const float *dout, float sign) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, copy);
+    KERNEL_CHECK(be, scale_fwd);
+    KERNEL_CHECK(be, axpy);
+    bool fresh;
+    float *dx = tape_grad_fresh(t, x, &fresh);
+    if (!fresh) be->axpy(&t->kc, dx, sign, dout, x->n);
+    else if (sign == 1.0f) be->copy(&t->kc, dx, dout, x->n);
+    else be->scale_fwd(&t->kc, dx, dout, sign, x->n);
+}
+
+// add and sub: an operand of y's shape takes dout (or -dout) through pass_grad; a broadcast one
+// through the kernel's reduction.
+static void add_sub_backward(Tape *t, Node *n, BinaryBwdDout bwd, float b_sign) {
+    Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
+    int nd = broadcast(n->info->name, a, b, as, bs, os);
+    CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
+          backend_need(y->dev)->name);
+    float *da = NULL, *db = NULL;
+    if (a->requires_grad) {
+        if (a->n == y->n) pass_grad(t, a, y->grad, 1.0f);
+        else da = tape_grad(t, a);
+    }
+    if (b->requires_grad) {
+        if (b->n == y->n) pass_grad(t, b, y->grad, b_sign);
+        else db = tape_grad(t, b);
+    }
+    if (da || db) bwd(&t->kc, da, db, y->grad, nd, as, bs);
+}
+
 static void add_backward(Tape *t, Node *n) {
-    binary_backward_dout(t, n, backend_need(n->out[0]->dev)->add_bwd);
+    add_sub_backward(t, n, backend_need(n->out[0]->dev)->add_bwd, 1.0f);
 }
 
 static void sub_backward(Tape *t, Node *n) {
-    binary_backward_dout(t, n, backend_need(n->out[0]->dev)->sub_bwd);
+    add_sub_backward(t, n, backend_need(n->out[0]->dev)->sub_bwd, -1.0f);
 }
 
 static void mul_backward(Tape *t, Node *n) {

@@ -34,7 +34,11 @@ static void reshape_backward(Tape *t, Node *n) {
     if (!x->requires_grad) return;
     const Backend *be = backend_need(x->dev);
     KERNEL_CHECK(be, axpy);
-    be->axpy(&t->kc, tape_grad(t, x), 1.0f, y->grad, x->n);
+    KERNEL_CHECK(be, copy);
+    bool fresh;
+    float *dx = tape_grad_fresh(t, x, &fresh);
+    if (fresh) be->copy(&t->kc, dx, y->grad, x->n);
+    else be->axpy(&t->kc, dx, 1.0f, y->grad, x->n);
 }
 
 static const OpInfo reshape_info = {.name = "reshape", .backward = reshape_backward};
@@ -135,13 +139,17 @@ static void concat_backward(Tape *t, Node *n) {
     const int64_t outer = prod(y->shape, 0, d), inner = prod(y->shape, d + 1, y->ndim);
     const Backend *be = backend_need(y->dev);
     KERNEL_CHECK(be, block_add);
+    KERNEL_CHECK(be, block_copy);
     int64_t off = 0;
     for (int i = 0; i < n->n_in; i++) {
         Tensor *x = n->in[i];
         const int64_t len = x->shape[d] * inner;
-        if (x->requires_grad)
-            be->block_add(&t->kc, tape_grad(t, x), len, y->grad + off, y->shape[d] * inner, outer,
-                          len);
+        if (x->requires_grad) {
+            bool fresh; // a first gradient is copied, not added to zeros
+            float *dx = tape_grad_fresh(t, x, &fresh);
+            (fresh ? be->block_copy : be->block_add)(&t->kc, dx, len, y->grad + off,
+                                                     y->shape[d] * inner, outer, len);
+        }
         off += len;
     }
 }

@@ -85,9 +85,11 @@ static void batchnorm2d_backward(Tape *t, Node *n) {
     const BatchNormCtx *c = n->ctx;
     const Backend *be = backend_need(x->dev);
     KERNEL_CHECK(be, batchnorm_bwd);
-    be->batchnorm_bwd(&t->kc, grad_or_null(t, x), grad_or_null(t, w), grad_or_null(t, b), y->grad,
-                      x->data, data_or_null(w), c->save_mean->data, c->save_invstd->data,
-                      x->shape[0], x->shape[1], x->shape[2] * x->shape[3], c->training);
+    float *dx = x->requires_grad ? tape_grad_to_write(t, x) : NULL; // WRITTEN by the kernel
+    be->batchnorm_bwd(&t->kc, dx, grad_or_null(t, w), grad_or_null(t, b), y->grad, x->data,
+                      data_or_null(w), c->save_mean->data, c->save_invstd->data, x->shape[0],
+                      x->shape[1], x->shape[2] * x->shape[3], c->training);
+    if (dx) tape_grad_written(t, x, dx);
 }
 
 // Either mode's output from its input and saved statistics (tape_drop).
