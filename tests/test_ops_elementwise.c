@@ -701,9 +701,10 @@ static void test_softmax(void) {
     EXPECT(gradcheck("softmax", fwd_softmax, NULL, &xr, 1, gc_train) == 0, "gradcheck softmax");
 }
 
-// A first gradient is written, later ones added (tape_grad_fresh, tape_grad_to_write): x feeds
-// relu, silu, a double reshape and sub, and relu(x) feeds add and sub, so each op's backward
-// meets x's (and relu(x)'s) gradient both fresh and already holding a sum. x is a leaf whose
+// A first gradient is written or taken, later ones added (tape_grad_fresh, tape_grad_to_write,
+// tape_grad_take): x feeds relu, silu, a double reshape and sub, and relu(x) feeds add and
+// sub, so each op's backward meets x's (and relu(x)'s) gradient both fresh and already holding
+// a sum; the outer reshape and the add hand their gradient buffer on, the root's stays. x is a leaf whose
 // stale buffer holds 1e6 (grad_defined false: the first write must replace it, not add to it).
 // loss = sum(concat([relu(x) + silu(x), x reshaped], 1)) + sum(x - relu(x)), so
 // dx = silu'(x) + 1 + 1 (relu(x)'s gradient is 1 - 1 = 0).
@@ -715,12 +716,13 @@ static void test_first_gradient_written(void) {
         for (int64_t i = 0; i < x->n; i++) x->grad[i] = 1e6f;
         x->grad_defined = false;
         Tensor *a = op_relu(t, x);
-        Tensor *c = op_add(t, a, op_silu(t, x));
+        Tensor *c = op_add(t, op_silu(t, x), a); // silu(x) takes c's gradient buffer
         Tensor *d = op_reshape(t, op_reshape(t, x, 2, (int64_t[]){3, 4}), 2, (int64_t[]){2, 6});
         Tensor *cat = op_concat(t, (Tensor *[]){c, d}, 2, 1);
         Tensor *loss = op_add(t, op_sum(t, cat), op_sum(t, op_sub(t, x, a)));
         EXPECT(tape_backward(t, loss, NULL) == 0, "backward failed");
         EXPECT(x->grad_defined, "x's gradient is defined");
+        EXPECT(loss->grad && loss->grad[0] == 1.0f, "the root keeps its gradient");
         for (int64_t i = 0; i < x->n; i++) {
             double v = x->data[i], s = 1.0 / (1.0 + exp(-v));
             EXPECT_NEAR(x->grad[i], s * (1.0 + v * (1.0 - s)) + 2.0, 1e-6, 1e-6);

@@ -151,6 +151,15 @@ float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh) {
     return x->grad;
 }
 
+bool tape_grad_take(Tape *t, Tensor *x, Tensor *y) {
+    if (x->grad || !x->grad_fn || !x->requires_grad || x->n != y->n || x->dev != y->dev ||
+        !y->grad || y == t->root || t->keep_grads)
+        return false;
+    x->grad = y->grad, x->grad_defined = true;
+    y->grad = NULL, y->grad_defined = false;
+    return true;
+}
+
 float *tape_grad_to_write(Tape *t, Tensor *x) {
     bool fresh;
     float *g = tape_grad_fresh(t, x, &fresh);
@@ -286,6 +295,7 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
         LOG_ERROR("element 0 of tensors does not require grad and does not have a grad_fn");
         return -1;
     }
+    t->root = root;
     CHECK(root_grad || root->n == 1,
           "grad can be implicitly created only for scalar outputs (root has %lld elements)",
           (long long)root->n);
@@ -330,7 +340,7 @@ int tape_backward(Tape *t, Tensor *root, const float *root_grad) {
             Tensor *y = n->out[k];
             if (y == root) continue; // the caller may read root and d(root)
             if (!t->keep_grads) {
-                tape_give(t, y->grad, y->n);
+                if (y->grad) tape_give(t, y->grad, y->n); // NULL: taken (tape_grad_take)
                 y->grad = NULL;
                 y->grad_defined = false;
             }

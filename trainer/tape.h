@@ -69,6 +69,7 @@ struct Tape {
     // too), and tape_grad reuses released buffers (the arena's given-back blocks, tensor.h):
     // peak memory holds the live gradients only. keep_grads = true keeps every non-leaf gradient (tests, tools).
     bool keep_grads;
+    Tensor *root; // the root of the running (or last) tape_backward: its gradient is the caller's
     // release_activations (PyTorch's backward without retain_graph, which frees what each
     // node saved once it has run): once a node's backward has run, the data of its outputs
     // that own their data (tensor_new's, not views) goes to the same pool, so the gradients
@@ -128,6 +129,12 @@ float *tape_grad(Tape *t, Tensor *x);
 // gradient so far and the caller adds to it. As PyTorch's engine takes a first gradient as it
 // is: rtdetr-l's step zero-filled 857 MB of activation gradients before they were added to.
 float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh);
+// x's first gradient as y's own gradient buffer, handed over without a copy (as PyTorch's
+// engine passes an add's or a reshape's incoming gradient on): true when x is a non-leaf with
+// no gradient yet and y's count, and y's gradient would be released after this node anyway
+// (y is not the root, keep_grads is off); y then has no gradient buffer. Else false, nothing
+// changed. A leaf's gradient stays in its own (model) arena.
+bool tape_grad_take(Tape *t, Tensor *x, Tensor *y);
 // For a kernel that WRITES x's gradient contribution: the buffer to give it (x's own when
 // fresh, else a step-arena temporary), then tape_grad_written adds a temporary in and gives
 // it back. Bit for bit what an accumulating kernel would leave (g + 1 * c = g + c).

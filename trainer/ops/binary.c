@@ -73,24 +73,26 @@ static void pass_grad(Tape *t, Tensor *x, const float *dout, float sign) {
     else be->scale_fwd(&t->kc, dx, dout, sign, x->n);
 }
 
-// add and sub: an operand of y's shape takes dout (or -dout) through pass_grad; a broadcast one
-// through the kernel's reduction.
+// add and sub: an operand of y's shape takes dout (or -dout) through pass_grad, a's first
+// gradient by taking y's buffer itself (tape_grad_take); a broadcast one through the kernel's
+// reduction. dout is read through its pointer taken first (a may take y's buffer).
 static void add_sub_backward(Tape *t, Node *n, BinaryBwdDout bwd, float b_sign) {
     Tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    const float *dout = y->grad;
     int64_t as[TENSOR_MAX_DIMS], bs[TENSOR_MAX_DIMS], os[TENSOR_MAX_DIMS];
     int nd = broadcast(n->info->name, a, b, as, bs, os);
     CHECK(bwd != NULL, "%s_bwd: no %s kernel (missing from the backend table)", n->info->name,
           backend_need(y->dev)->name);
     float *da = NULL, *db = NULL;
     if (a->requires_grad) {
-        if (a->n == y->n) pass_grad(t, a, y->grad, 1.0f);
-        else da = tape_grad(t, a);
+        if (a->n != y->n) da = tape_grad(t, a);
+        else if (!tape_grad_take(t, a, y)) pass_grad(t, a, dout, 1.0f);
     }
     if (b->requires_grad) {
-        if (b->n == y->n) pass_grad(t, b, y->grad, b_sign);
+        if (b->n == y->n) pass_grad(t, b, dout, b_sign);
         else db = tape_grad(t, b);
     }
-    if (da || db) bwd(&t->kc, da, db, y->grad, nd, as, bs);
+    if (da || db) bwd(&t->kc, da, db, dout, nd, as, bs);
 }
 
 static void add_backward(Tape *t, Node *n) {

@@ -35,6 +35,7 @@ static void reshape_backward(Tape *t, Node *n) {
     const Backend *be = backend_need(x->dev);
     KERNEL_CHECK(be, axpy);
     KERNEL_CHECK(be, copy);
+    if (tape_grad_take(t, x, y)) return; // x's first gradient is y's, as it is
     bool fresh;
     float *dx = tape_grad_fresh(t, x, &fresh);
     if (fresh) be->copy(&t->kc, dx, y->grad, x->n);
