@@ -17,7 +17,8 @@
  * ms of CPU time, spread over the forward's wall time); backward time per op is exact (each
  * node's backward is timed); "recompute" is the time backward spends rebuilding what the
  * forward dropped (tape_drop, timed per call); "engine" is backward time outside any node
- * and recompute. The limit is the
+ * and recompute. The 12 slowest backward nodes follow, each with its output (and weight)
+ * shape and its own distance to the limit. The limit is the
  * FLOPs at the rate OpenBLAS's sgemm reaches here on a 1024^3 product (measured first):
  * "x limit" = time / (FLOPs / that rate).
  * Memory: parameters, their gradients, AdamW's two moments, EMA, the step arena's peak
@@ -89,6 +90,13 @@ typedef struct TimedInfo {
 static double bwd_secs[F_N];
 static TimedInfo infos[128];
 static int n_infos;
+// Every node's backward time in the profiled step, for the list of the slowest.
+#define MAX_TIMED 16384
+static struct {
+    const Node *n;
+    double secs;
+} timed[MAX_TIMED];
+static int n_timed;
 
 // Bytes of the outputs held at the loss, by op name (the last step's).
 static const char *kept_op[64];
@@ -122,6 +130,7 @@ static void timed_backward(Tape *t, Node *n) {
     double dt = bench_now() - t0;
     bwd_secs[ti->family] += dt;
     ti->secs += dt;
+    if (n_timed < MAX_TIMED) timed[n_timed].n = n, timed[n_timed++].secs = dt;
     n->info = &ti->wrap;
 }
 
@@ -310,6 +319,7 @@ int main(void) {
 
     memset(bwd_secs, 0, sizeof bwd_secs);
     recompute_secs = 0;
+    n_timed = 0;
     StepTimes st = run_step(&b, true);
     double total = st.fwd + st.loss + st.bwd + st.optim;
     double fwd[F_N] = {0}, flops[F_N] = {0};
@@ -357,6 +367,32 @@ int main(void) {
         infos[best].secs = -infos[best].secs; // shown
     }
     printf("\n");
+    // the slowest single backward nodes, each against the limit for its FLOPs (2 x forward)
+    printf("  slowest backward nodes (op, output shape[,w weight shape], time, x limit):\n");
+    for (int shown = 0; shown < 12; shown++) {
+        int best = -1;
+        for (int k = 0; k < n_timed; k++)
+            if (timed[k].secs > 0 && (best < 0 || timed[k].secs > timed[best].secs)) best = k;
+        if (best < 0) break;
+        const Node *n = timed[best].n;
+        char shape[96] = "";
+        for (int d = 0; d < n->out[0]->ndim; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? "x" : "",
+                     (long long)n->out[0]->shape[d]);
+        bool conv = !strcmp(n->info->name, "conv2d"), linear = !strcmp(n->info->name, "linear");
+        if (conv || linear) { // the weight: conv2d's input 1, linear's input 2
+            const Tensor *w = n->in[conv ? 1 : 2];
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ",w");
+            for (int d = 0; d < w->ndim; d++)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld",
+                         d ? "x" : "", (long long)w->shape[d]);
+        }
+        double f = 2.0 * node_flops(n);
+        printf("    %-14s %-30s %.4fs", n->info->name, shape, timed[best].secs);
+        if (f > 0) printf(" %5.1f", timed[best].secs / (f / rate));
+        printf("\n");
+        timed[best].secs = -timed[best].secs; // shown
+    }
     printf("  all: %.1f GFLOP, %.1f GFLOP/s; at the sgemm rate the step would take %.3f s (%.1fx "
            "of it)\n", all_flops * 1e-9, all_flops / total * 1e-9, all_flops / rate,
            total / (all_flops / rate));
