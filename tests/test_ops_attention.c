@@ -254,6 +254,79 @@ static void test_attention_softmax_range(void) {
     free(qs);
 }
 
+// RT-DETR's denoising mask shape, at 200 queries: rows 0-79 are 8 groups of 10 that see their
+// own group's keys and keys 80-199, rows 80-199 see keys 80-199 only. The CPU kernels then
+// compute the scores over each row group's unmasked column range (kernels/cpu/attention.c);
+// forward and backward against a naive double-precision attention over whole rows.
+static void test_attention_block_mask(void) {
+    enum { B = 2, NH = 2, L = 200, E = 16, D = E / NH, DN = 80, G = 10 };
+    const Backend *be = backend_need(DEV_CPU);
+    KernelCtx kc = {.n_threads = 2};
+    uint8_t *mask = xmalloc(L * L);
+    for (int q = 0; q < L; q++)
+        for (int j = 0; j < L; j++)
+            mask[q * L + j] = j < DN && (q >= DN || j / G != q / G);
+    float *qs = xmalloc(sizeof(float) * B * L * E), *k = xmalloc(sizeof(float) * B * L * E);
+    float *v = xmalloc(sizeof(float) * B * L * E), *dout = xmalloc(sizeof(float) * B * L * E);
+    for (int i = 0; i < B * L * E; i++) {
+        qs[i] = (float)(rnd() * 2 - 1), k[i] = (float)(rnd() * 2 - 1);
+        v[i] = (float)(rnd() * 2 - 1), dout[i] = (float)(rnd() * 2 - 1);
+    }
+    float *out = xmalloc(sizeof(float) * B * L * E), *dqs = xcalloc(B * L * E, sizeof(float));
+    float *dk = xcalloc(B * L * E, sizeof(float)), *dv = xcalloc(B * L * E, sizeof(float));
+    be->attention_fwd(&kc, out, qs, k, v, mask, B, NH, L, L, E);
+    be->attention_bwd(&kc, dqs, dk, dv, dout, qs, k, v, mask, B, NH, L, L, E);
+    double *p = xmalloc(sizeof(double) * L * L), *ds = xmalloc(sizeof(double) * L * L);
+    double *rq = xcalloc(B * L * E, sizeof(double)), *rk = xcalloc(B * L * E, sizeof(double));
+    double *rv = xcalloc(B * L * E, sizeof(double)), *ro = xcalloc(B * L * E, sizeof(double));
+#define AT(x, b, i, h, d) x[((b) * L + (i)) * E + (h) * D + (d)]
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int q = 0; q < L; q++) { // P, out
+                double max = -INFINITY, sum = 0;
+                for (int j = 0; j < L; j++) {
+                    double sc = 0;
+                    for (int d = 0; d < D; d++) sc += (double)AT(qs, b, q, h, d) * AT(k, b, j, h, d);
+                    p[q * L + j] = mask[q * L + j] ? -INFINITY : sc;
+                    max = fmax(max, p[q * L + j]);
+                }
+                for (int j = 0; j < L; j++) sum += (p[q * L + j] = exp(p[q * L + j] - max));
+                for (int j = 0; j < L; j++) p[q * L + j] /= sum;
+                for (int d = 0; d < D; d++)
+                    for (int j = 0; j < L; j++) AT(ro, b, q, h, d) += p[q * L + j] * AT(v, b, j, h, d);
+            }
+            for (int q = 0; q < L; q++) { // dP, dv, dS
+                double dot = 0;
+                for (int j = 0; j < L; j++) {
+                    double dp = 0;
+                    for (int d = 0; d < D; d++) {
+                        dp += (double)AT(dout, b, q, h, d) * AT(v, b, j, h, d);
+                        AT(rv, b, j, h, d) += p[q * L + j] * AT(dout, b, q, h, d);
+                    }
+                    ds[q * L + j] = dp;
+                    dot += dp * p[q * L + j];
+                }
+                for (int j = 0; j < L; j++) ds[q * L + j] = p[q * L + j] * (ds[q * L + j] - dot);
+            }
+            for (int q = 0; q < L; q++) // dqs, dk
+                for (int j = 0; j < L; j++)
+                    for (int d = 0; d < D; d++) {
+                        AT(rq, b, q, h, d) += ds[q * L + j] * AT(k, b, j, h, d);
+                        AT(rk, b, j, h, d) += ds[q * L + j] * AT(qs, b, q, h, d);
+                    }
+        }
+#undef AT
+    int bad = 0;
+    const float *got[4] = {out, dqs, dk, dv};
+    const double *want[4] = {ro, rq, rk, rv};
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < B * L * E; i++)
+            bad += !(fabs(got[t][i] - want[t][i]) <= 1e-5 + 1e-4 * fabs(want[t][i]));
+    EXPECT(bad == 0, "%d of %d attention values off the double reference", bad, 4 * B * L * E);
+    free(p), free(ds), free(rq), free(rk), free(rv), free(ro);
+    free(out), free(dqs), free(dk), free(dv), free(qs), free(k), free(v), free(dout), free(mask);
+}
+
 // op_mha_core forward and backward at decoder-like widths give bit-identical results on 1 and
 // 4 threads: the attention kernels give every (batch, head) to one thread.
 static void test_mha_threads(void) {
@@ -491,6 +564,7 @@ int main(void) {
     test_mha_forward();
     test_mha_grads();
     test_attention_softmax_range();
+    test_attention_block_mask();
     test_mha_threads();
     test_grid_sample_hand();
     test_grid_sample_grads();

@@ -3,7 +3,9 @@
  * softmax and the product with the values, forward and backward. One thread takes a whole
  * (batch, head) at a time, so that its (Lq, Lk) scores stay in its cache from one GEMM to the
  * next; its GEMMs run single-threaded (OpenBLAS's OpenMP build does so inside a parallel
- * region). The GEMMs are gemm_cpu (kernels/cpu/gemm.c, OpenBLAS). */
+ * region). A mask's row groups (row_groups) limit each group of query rows to the columns
+ * they can see: where every probability is exactly 0, nothing is computed. The GEMMs are
+ * gemm_cpu (kernels/cpu/gemm.c, OpenBLAS). */
 #include <math.h>
 
 #include "kernels/base.h"
@@ -112,27 +114,83 @@ static inline __attribute__((always_inline)) void softmax_row_bwd(float *d, cons
         d[k] = (d[k] - dot) * y[k];
 }
 
-// The rows of one head's (Lq, Lk) scores, softmax (mask: (Lq, Lk) or NULL) and its backward.
-CPU_VECTOR_CLONES static void softmax_rows(float *s, const uint8_t *mask, int64_t Lq, int64_t Lk) {
-    for (int64_t q = 0; q < Lq; q++)
-        softmax_row(s + q * Lk, s + q * Lk, mask ? mask + q * Lk : NULL, Lk);
+// Rows of one head's scores, ld floats apart, softmax over `width` keys (mask rows mask_ld
+// bytes apart, or NULL), and its backward.
+CPU_VECTOR_CLONES static void softmax_rows(float *s, int64_t ld, const uint8_t *mask,
+                                           int64_t mask_ld, int64_t rows, int64_t width) {
+    for (int64_t q = 0; q < rows; q++)
+        softmax_row(s + q * ld, s + q * ld, mask ? mask + q * mask_ld : NULL, width);
 }
 
-CPU_VECTOR_CLONES static void softmax_rows_bwd(float *d, const float *y, int64_t Lq, int64_t Lk) {
-    for (int64_t q = 0; q < Lq; q++)
-        softmax_row_bwd(d + q * Lk, y + q * Lk, Lk);
+CPU_VECTOR_CLONES static void softmax_rows_bwd(float *d, const float *y, int64_t ld, int64_t rows,
+                                               int64_t width) {
+    for (int64_t q = 0; q < rows; q++)
+        softmax_row_bwd(d + q * ld, y + q * ld, width);
 }
 
-// Head bh = b*NH + h's probabilities into ph (Lq, Lk): the scores qs_h k_h^T (one thread's
-// GEMM), then the masked softmax of each row. The forward and the backward both call this, so
-// the backward's probabilities are the forward's bit for bit.
-static void head_probabilities(float *ph, const float *qs, const float *k, const uint8_t *mask,
-                               int64_t bh, int NH, int64_t Lq, int64_t Lk, int64_t E) {
-    int64_t D = E / NH, b = bh / NH, col = (bh % NH) * D;
+// Query rows r0..r1-1 whose unmasked keys all lie in columns c0..c1-1: outside them every
+// probability is exactly 0, so the scores, the products and their gradients are computed over
+// those columns only. RT-DETR's decoder self-attention: the 300 matching queries never see the
+// 200 denoising keys (a quarter of the scores). A row with no unmasked key keeps all columns
+// (its NaN, as PyTorch's).
+typedef struct RowGroup {
+    int64_t r0, r1, c0, c1;
+} RowGroup;
+
+// Merging a run of rows into the group before it may add up to GROUP_SLACK_ROWS rows' worth
+// of scores that the two apart would not compute (each GEMM call and softmax pass has its
+// overhead; RT-DETR's 20 denoising groups of 10 rows merge into one).
+#define GROUP_SLACK_ROWS 32
+
+// The groups of mask (Lq, Lk) into g (at most Lq); returns their count. Rows with the same
+// unmasked column range form a run; a run joins the group before it when the union costs at
+// most the slack more. NULL mask: one group.
+static int64_t row_groups(const uint8_t *mask, int64_t Lq, int64_t Lk, RowGroup *g) {
+    if (!mask || Lq == 0) {
+        g[0] = (RowGroup){0, Lq, 0, Lk};
+        return 1;
+    }
+    int64_t n = 0;
+    for (int64_t q = 0; q < Lq;) {
+        RowGroup run = {q, q, 0, Lk};
+        for (; q < Lq; q++) { // the run: rows with the first row's range
+            const uint8_t *m = mask + q * Lk;
+            int64_t c0 = 0, c1 = Lk;
+            while (c0 < Lk && m[c0]) c0++;
+            while (c1 > c0 && m[c1 - 1]) c1--;
+            if (c0 == c1) c0 = 0, c1 = Lk; // fully masked: every column, NaN as PyTorch
+            if (q > run.r0 && (c0 != run.c0 || c1 != run.c1)) break;
+            run.c0 = c0, run.c1 = c1, run.r1 = q + 1;
+        }
+        if (n > 0) {
+            RowGroup *p = &g[n - 1];
+            int64_t u0 = MIN(p->c0, run.c0), u1 = MAX(p->c1, run.c1);
+            int64_t joined = (run.r1 - p->r0) * (u1 - u0);
+            int64_t apart = (p->r1 - p->r0) * (p->c1 - p->c0) + (run.r1 - run.r0) * (run.c1 - run.c0);
+            if (joined <= apart + GROUP_SLACK_ROWS * Lk) {
+                p->r1 = run.r1, p->c0 = u0, p->c1 = u1;
+                continue;
+            }
+        }
+        g[n++] = run;
+    }
+    return n;
+}
+
+// Head bh = b*NH + h's probabilities into ph (Lq rows, Lk apart; group gr's rows hold its
+// columns only): the scores qs_h k_h^T (one thread's GEMM), then the masked softmax of each
+// row. The forward and the backward both call this, so the backward's probabilities are the
+// forward's bit for bit.
+static void group_probabilities(float *ph, const float *qs, const float *k, const uint8_t *mask,
+                                const RowGroup *gr, int64_t bh, int NH, int64_t Lq, int64_t Lk,
+                                int64_t E) {
+    int64_t D = E / NH, b = bh / NH, col = (bh % NH) * D, rows = gr->r1 - gr->r0;
+    int64_t w = gr->c1 - gr->c0;
     KernelCtx one = {.n_threads = 1};
-    gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, qs + b * Lq * E + col, E, k + b * Lk * E + col, E,
-             0.0f, ph, Lk);
-    softmax_rows(ph, mask, Lq, Lk);
+    float *pg = ph + gr->r0 * Lk + gr->c0;
+    gemm_cpu(&one, false, true, rows, w, D, 1.0f, qs + (b * Lq + gr->r0) * E + col, E,
+             k + (b * Lk + gr->c0) * E + col, E, 0.0f, pg, Lk);
+    softmax_rows(pg, Lk, mask ? mask + gr->r0 * Lk + gr->c0 : NULL, Lk, rows, w);
 }
 
 // One (batch, head) a task; each thread's (Lq, Lk) probabilities in its own scratch.
@@ -140,44 +198,59 @@ void attention_fwd_cpu(KernelCtx *kc, float *out, const float *qs, const float *
                        const uint8_t *mask, int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
     int64_t D = E / NH, LL = Lq * Lk;
     KernelCtx one = {.n_threads = 1, .stream = kc->stream};
+    RowGroup *groups = xmalloc(sizeof(RowGroup) * (size_t)MAX(Lq, 1));
+    const int64_t n_groups = row_groups(mask, Lq, Lk, groups);
 #pragma omp parallel num_threads(kc->n_threads)
     {
         float *ph = xmalloc(sizeof(float) * (size_t)MAX(LL, 1));
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * NH; bh++) {
             int64_t b = bh / NH, col = (bh % NH) * D;
-            head_probabilities(ph, qs, k, mask, bh, NH, Lq, Lk, E);
-            gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ph, Lk, v + b * Lk * E + col, E, 0.0f,
-                     out + b * Lq * E + col, E);
+            for (int64_t i = 0; i < n_groups; i++) {
+                const RowGroup *gr = &groups[i];
+                group_probabilities(ph, qs, k, mask, gr, bh, NH, Lq, Lk, E);
+                gemm_cpu(&one, false, false, gr->r1 - gr->r0, D, gr->c1 - gr->c0, 1.0f,
+                         ph + gr->r0 * Lk + gr->c0, Lk, v + (b * Lk + gr->c0) * E + col, E, 0.0f,
+                         out + (b * Lq + gr->r0) * E + col, E);
+            }
         }
         free(ph);
     }
+    free(groups);
 }
 
-// Per (batch, head), in two per-thread (Lq, Lk) scratches: P again (head_probabilities),
-// dP = dO v^T, dv += P^T dO, dS in place of dP, dqs += dS k, dk += dS^T qs. Each task writes
-// only its own head's columns. P stays in the thread's cache from its recomputation to its
-// two uses.
+// Per (batch, head) and row group, in two per-thread (Lq, Lk) scratches: P again
+// (group_probabilities), dP = dO v^T, dv += P^T dO, dS in place of dP, dqs += dS k,
+// dk += dS^T qs, each over the group's columns. Each task writes only its own head's columns.
+// P stays in the thread's cache from its recomputation to its two uses.
 void attention_bwd_cpu(KernelCtx *kc, float *dqs, float *dk, float *dv, const float *dout,
                        const float *qs, const float *k, const float *v, const uint8_t *mask,
                        int64_t B, int NH, int64_t Lq, int64_t Lk, int64_t E) {
     int64_t D = E / NH, LL = Lq * Lk;
     KernelCtx one = {.n_threads = 1, .stream = kc->stream};
+    RowGroup *groups = xmalloc(sizeof(RowGroup) * (size_t)MAX(Lq, 1));
+    const int64_t n_groups = row_groups(mask, Lq, Lk, groups);
 #pragma omp parallel num_threads(kc->n_threads)
     {
         float *ph = xmalloc(sizeof(float) * (size_t)MAX(2 * LL, 1)), *ds = ph + LL;
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < B * NH; bh++) {
             int64_t b = bh / NH, col = (bh % NH) * D;
-            int64_t oq = b * Lq * E + col, ok = b * Lk * E + col;
-            const float *g = dout + oq;
-            head_probabilities(ph, qs, k, mask, bh, NH, Lq, Lk, E);
-            gemm_cpu(&one, false, true, Lq, Lk, D, 1.0f, g, E, v + ok, E, 0.0f, ds, Lk);
-            gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ph, Lk, g, E, 1.0f, dv + ok, E);
-            softmax_rows_bwd(ds, ph, Lq, Lk);
-            gemm_cpu(&one, false, false, Lq, D, Lk, 1.0f, ds, Lk, k + ok, E, 1.0f, dqs + oq, E);
-            gemm_cpu(&one, true, false, Lk, D, Lq, 1.0f, ds, Lk, qs + oq, E, 1.0f, dk + ok, E);
+            for (int64_t i = 0; i < n_groups; i++) {
+                const RowGroup *gr = &groups[i];
+                const int64_t rows = gr->r1 - gr->r0, w = gr->c1 - gr->c0;
+                const int64_t oq = (b * Lq + gr->r0) * E + col, ok = (b * Lk + gr->c0) * E + col;
+                const float *g = dout + oq;
+                float *pg = ph + gr->r0 * Lk + gr->c0, *dsg = ds + gr->r0 * Lk + gr->c0;
+                group_probabilities(ph, qs, k, mask, gr, bh, NH, Lq, Lk, E);
+                gemm_cpu(&one, false, true, rows, w, D, 1.0f, g, E, v + ok, E, 0.0f, dsg, Lk);
+                gemm_cpu(&one, true, false, w, D, rows, 1.0f, pg, Lk, g, E, 1.0f, dv + ok, E);
+                softmax_rows_bwd(dsg, pg, Lk, rows, w);
+                gemm_cpu(&one, false, false, rows, D, w, 1.0f, dsg, Lk, k + ok, E, 1.0f, dqs + oq, E);
+                gemm_cpu(&one, true, false, w, D, rows, 1.0f, dsg, Lk, qs + oq, E, 1.0f, dk + ok, E);
+            }
         }
         free(ph);
     }
+    free(groups);
 }
