@@ -129,21 +129,14 @@ static void ensure_data(Tape *t, Tensor *x) {
 }
 
 float *tape_grad(Tape *t, Tensor *x) {
-    CHECK(x->requires_grad, "tape_grad on a tensor that does not require grad");
-    bool is_leaf = x->grad_fn == NULL;
-    if (!x->grad) {
-        x->grad = tape_take(t, x->n);
-        backend_need(x->dev)->fill(&t->kc, x->grad, 0.0f, x->n);
-        x->grad_defined = true;
-    } else if (is_leaf && !x->grad_defined) {
-        backend_need(x->dev)->fill(&t->kc, x->grad, 0.0f, x->n);
-        x->grad_defined = true;
-    }
-    return x->grad;
+    bool fresh;
+    float *g = tape_grad_fresh(t, x, &fresh);
+    if (fresh) backend_need(x->dev)->fill(&t->kc, g, 0.0f, x->n);
+    return g;
 }
 
 float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh) {
-    CHECK(x->requires_grad, "tape_grad_fresh on a tensor that does not require grad");
+    CHECK(x->requires_grad, "tape_grad on a tensor that does not require grad");
     *fresh = !x->grad || (x->grad_fn == NULL && !x->grad_defined);
     if (!*fresh) return x->grad;
     if (!x->grad) x->grad = tape_take(t, x->n);
@@ -158,6 +151,18 @@ bool tape_grad_take(Tape *t, Tensor *x, Tensor *y) {
     x->grad = y->grad, x->grad_defined = true;
     y->grad = NULL, y->grad_defined = false;
     return true;
+}
+
+void tape_grad_add(Tape *t, Tensor *x, const float *g, float alpha) {
+    const Backend *be = backend_need(x->dev);
+    KERNEL_CHECK(be, copy);
+    KERNEL_CHECK(be, scale_fwd);
+    KERNEL_CHECK(be, axpy);
+    bool fresh;
+    float *dx = tape_grad_fresh(t, x, &fresh);
+    if (!fresh) be->axpy(&t->kc, dx, alpha, g, x->n);
+    else if (alpha == 1.0f) be->copy(&t->kc, dx, g, x->n);
+    else be->scale_fwd(&t->kc, dx, g, alpha, x->n);
 }
 
 float *tape_grad_to_write(Tape *t, Tensor *x) {

@@ -129,6 +129,9 @@ float *tape_grad(Tape *t, Tensor *x);
 // gradient so far and the caller adds to it. As PyTorch's engine takes a first gradient as it
 // is: rtdetr-l's step zero-filled 857 MB of activation gradients before they were added to.
 float *tape_grad_fresh(Tape *t, Tensor *x, bool *fresh);
+// x's gradient += alpha * g (x->n floats), the sum as an accumulating kernel's; a first
+// gradient is written (g copied, or alpha * g), never added to zeros.
+void tape_grad_add(Tape *t, Tensor *x, const float *g, float alpha);
 // x's first gradient as y's own gradient buffer, handed over without a copy (as PyTorch's
 // engine passes an add's or a reshape's incoming gradient on): true when x is a non-leaf with
 // no gradient yet and y's count, and y's gradient would be released after this node anyway

@@ -59,21 +59,7 @@ static void binary_backward(Tape *t, Node *n, BinaryBwd bwd) {
     bwd(&t->kc, grad_or_null(t, a), grad_or_null(t, b), y->grad, a->data, b->data, nd, as, bs);
 }
 
-// x (not broadcast: y's count) gets sign * dout: written when it is x's first gradient (a copy,
-// or the negation; no zero fill), else added. Bit for bit the kernel's += dout or -= dout.
-static void pass_grad(Tape *t, Tensor *x, const float *dout, float sign) {
-    const Backend *be = backend_need(x->dev);
-    KERNEL_CHECK(be, copy);
-    KERNEL_CHECK(be, scale_fwd);
-    KERNEL_CHECK(be, axpy);
-    bool fresh;
-    float *dx = tape_grad_fresh(t, x, &fresh);
-    if (!fresh) be->axpy(&t->kc, dx, sign, dout, x->n);
-    else if (sign == 1.0f) be->copy(&t->kc, dx, dout, x->n);
-    else be->scale_fwd(&t->kc, dx, dout, sign, x->n);
-}
-
-// add and sub: an operand of y's shape takes dout (or -dout) through pass_grad, a's first
+// add and sub: an operand of y's shape takes dout (or -dout) through tape_grad_add, a's first
 // gradient by taking y's buffer itself (tape_grad_take); a broadcast one through the kernel's
 // reduction. dout is read through its pointer taken first (a may take y's buffer).
 static void add_sub_backward(Tape *t, Node *n, BinaryBwdDout bwd, float b_sign) {
@@ -86,10 +72,10 @@ static void add_sub_backward(Tape *t, Node *n, BinaryBwdDout bwd, float b_sign) 
     float *da = NULL, *db = NULL;
     if (a->requires_grad) {
         if (a->n != y->n) da = tape_grad(t, a);
-        else if (!tape_grad_take(t, a, y)) pass_grad(t, a, dout, 1.0f);
+        else if (!tape_grad_take(t, a, y)) tape_grad_add(t, a, dout, 1.0f);
     }
     if (b->requires_grad) {
-        if (b->n == y->n) pass_grad(t, b, dout, b_sign);
+        if (b->n == y->n) tape_grad_add(t, b, dout, b_sign);
         else db = tape_grad(t, b);
     }
     if (da || db) bwd(&t->kc, da, db, dout, nd, as, bs);

@@ -32,14 +32,7 @@ static int64_t prod(const int64_t *shape, int from, int to) {
 static void reshape_backward(Tape *t, Node *n) {
     Tensor *x = n->in[0], *y = n->out[0];
     if (!x->requires_grad) return;
-    const Backend *be = backend_need(x->dev);
-    KERNEL_CHECK(be, axpy);
-    KERNEL_CHECK(be, copy);
-    if (tape_grad_take(t, x, y)) return; // x's first gradient is y's, as it is
-    bool fresh;
-    float *dx = tape_grad_fresh(t, x, &fresh);
-    if (fresh) be->copy(&t->kc, dx, y->grad, x->n);
-    else be->axpy(&t->kc, dx, 1.0f, y->grad, x->n);
+    if (!tape_grad_take(t, x, y)) tape_grad_add(t, x, y->grad, 1.0f); // taken: y's, as it is
 }
 
 static const OpInfo reshape_info = {.name = "reshape", .backward = reshape_backward};
