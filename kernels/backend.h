@@ -27,6 +27,12 @@ typedef struct KernelCtx {
 } KernelCtx;
 
 // ---- parameter structs for kernels with options ----
+// The activation a BatchNorm2d kernel applies to its output: nn.Conv's BatchNorm and
+// activation in one pass over the map. BN_ACT_RELU: x > 0 ? x : 0; BN_ACT_SILU:
+// x / (1 + exp(-x)); each with the same float operations as relu_fwd / silu_fwd and their
+// backward kernels, so that the fused op gives the unfused pair's results bit for bit.
+typedef enum { BN_ACT_NONE = 0, BN_ACT_RELU = 1, BN_ACT_SILU = 2 } BnAct;
+
 typedef struct Conv2dParams {
     int stride_h, stride_w;
     int pad_h, pad_w; // symmetric zero padding
@@ -204,29 +210,32 @@ typedef struct Backend {
     // running_mean = (1-m) running_mean + m mean, running_var = (1-m) running_var +
     // m unbiased var, and writes save_mean, save_invstd = 1/sqrt(biased var + eps) (C) for
     // the backward. B*HW >= 2. momentum in float and eps in double, as PyTorch uses them.
+    // out = act(the normalised inp) (BnAct).
     void (*batchnorm_train_fwd)(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                                 float *running_mean, float *running_var, const float *inp,
                                 const float *weight, const float *bias, int64_t B, int64_t C,
-                                int64_t HW, float momentum, double eps);
+                                int64_t HW, float momentum, double eps, BnAct act);
     // BatchNorm2d, eval mode: normalises with running_mean, running_var (C), which it only
     // reads; writes save_mean (= running_mean) and save_invstd (C) for the backward.
     void (*batchnorm_eval_fwd)(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                                const float *inp, const float *running_mean,
                                const float *running_var, const float *weight, const float *bias,
-                               int64_t B, int64_t C, int64_t HW, double eps);
-    // out = the normalisation either forward applied, again, from its save_mean and
+                               int64_t B, int64_t C, int64_t HW, double eps, BnAct act);
+    // out = act(the normalisation either forward applied), again, from its save_mean and
     // save_invstd (C): the same bits as that forward's out (backward recomputation).
     void (*batchnorm_apply)(KernelCtx *kc, float *out, const float *inp, const float *weight,
                             const float *bias, const float *save_mean, const float *save_invstd,
-                            int64_t B, int64_t C, int64_t HW);
-    // Gradients of either forward from dout (B, C, HW): dinp (B, C, HW), dweight, dbias (C),
-    // each NULL when not wanted. training: dinp includes the terms through the batch mean
-    // and variance. save_mean, save_invstd as the forward wrote them. WRITES every element
-    // of dinp; ACCUMULATES into dweight and dbias.
+                            int64_t B, int64_t C, int64_t HW, BnAct act);
+    // Gradients of either forward from dout (B, C, HW), the gradient of its activated output:
+    // with an act, the kernel forms the normalised output's gradient dout * act'(y) itself, y
+    // recomputed from inp as batchnorm_apply does (hence bias). dinp (B, C, HW), dweight,
+    // dbias (C), each NULL when not wanted. training: dinp includes the terms through the
+    // batch mean and variance. save_mean, save_invstd as the forward wrote them. WRITES every
+    // element of dinp; ACCUMULATES into dweight and dbias.
     void (*batchnorm_bwd)(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight,
-                          const float *save_mean, const float *save_invstd, int64_t B,
-                          int64_t C, int64_t HW, bool training);
+                          const float *bias, const float *save_mean, const float *save_invstd,
+                          int64_t B, int64_t C, int64_t HW, bool training, BnAct act);
     // END elementwise
 
     // ---- convolution, pooling, padding, resampling (kernels/cpu/conv.c, pool.c, resample.c) ----

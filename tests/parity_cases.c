@@ -286,11 +286,12 @@ static void c_layernorm(Pc *p) {
     BE->layernorm_bwd(KC, dx, dw, db, dy, x, mean, rstd, w, rows, E);
 }
 
-// ---- BatchNorm2d: v = {B, C, HW, training, weight, bias, grads (0 all, 1: dinp only)}; the
-// forward's output again from its saved statistics (batchnorm_apply) ----
+// ---- BatchNorm2d: v = {B, C, HW, training, weight, bias, grads (0 all, 1: dinp only), act
+// (BnAct)}; the forward's output again from its saved statistics (batchnorm_apply) ----
 static void c_batchnorm(Pc *p) {
     const int64_t B = p->v[0], C = p->v[1], HW = p->v[2], n = B * C * HW;
     const bool training = p->v[3];
+    const BnAct act = (BnAct)p->v[7];
     const float *x = pin_sp(p, "x", n, -3, 3);
     const float *w = p->v[4] ? pin(p, "w", C, 0.5f, 1.5f) : NULL;
     const float *b = p->v[5] ? pin(p, "b", C, -1, 1) : NULL;
@@ -298,15 +299,16 @@ static void c_batchnorm(Pc *p) {
           *invstd = pout(p, "save_invstd", C);
     if (training) {
         float *rm = pout(p, "running_mean", C), *rv = pout(p, "running_var", C);
-        BE->batchnorm_train_fwd(KC, y, mean, invstd, rm, rv, x, w, b, B, C, HW, 0.03f, 1e-5);
+        BE->batchnorm_train_fwd(KC, y, mean, invstd, rm, rv, x, w, b, B, C, HW, 0.03f, 1e-5, act);
     } else {
         const float *rm = pin(p, "running_mean", C, -1, 1), *rv = pin(p, "running_var", C, 0.2f, 3);
-        BE->batchnorm_eval_fwd(KC, y, mean, invstd, x, rm, rv, w, b, B, C, HW, 1e-5);
+        BE->batchnorm_eval_fwd(KC, y, mean, invstd, x, rm, rv, w, b, B, C, HW, 1e-5, act);
     }
-    BE->batchnorm_apply(KC, pout(p, "y_again", n), x, w, b, mean, invstd, B, C, HW);
+    BE->batchnorm_apply(KC, pout(p, "y_again", n), x, w, b, mean, invstd, B, C, HW, act);
     const float *dy = pin(p, "dy", n, -1, 1);
     float *dw = p->v[6] ? NULL : pout(p, "dw", C), *db = p->v[6] ? NULL : pout(p, "db", C);
-    BE->batchnorm_bwd(KC, pout(p, "dx", n), dw, db, dy, x, w, mean, invstd, B, C, HW, training);
+    BE->batchnorm_bwd(KC, pout(p, "dx", n), dw, db, dy, x, w, b, mean, invstd, B, C, HW, training,
+                      act);
 }
 
 // ---- Conv2d ----
@@ -656,6 +658,11 @@ const ParityCase parity_cases[] = {
     {"batchnorm/eval", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {3, 5, 7, 0, 1, 1, 0}, false, FSUM},
     {"batchnorm/eval-no-weight", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 5, 0, 0, 1, 0}, false, FSUM},
     {"batchnorm/eval-special", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 6, 0, 1, 1, 0}, true, FSUM},
+    {"batchnorm/train-relu", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {3, 5, 7, 1, 1, 1, 0, BN_ACT_RELU}, false, FSUM},
+    {"batchnorm/train-silu", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {4, 3, 1100, 1, 1, 1, 0, BN_ACT_SILU}, false, FSUM},
+    {"batchnorm/train-silu-no-affine", "batchnorm_train_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 4, 9, 1, 0, 0, 0, BN_ACT_SILU}, false, FSUM},
+    {"batchnorm/eval-relu", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {3, 5, 7, 0, 1, 1, 0, BN_ACT_RELU}, false, FSUM},
+    {"batchnorm/eval-silu", "batchnorm_eval_fwd batchnorm_apply batchnorm_bwd", c_batchnorm, {2, 3, 6, 0, 1, 1, 0, BN_ACT_SILU}, false, FSUM},
 
     // {B, C, H, W, OC, KH, KW, stride, pad, dil, groups, bias, grads}
     {"conv/3x3", "conv2d_fwd conv2d_bwd", c_conv, {2, 3, 9, 11, 4, 3, 3, 1, 1, 1, 1, 1, 0}, false, GEMM},

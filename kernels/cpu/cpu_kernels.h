@@ -4,6 +4,9 @@
 #ifndef KERNELS_CPU_CPU_KERNELS_H
 #define KERNELS_CPU_CPU_KERNELS_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "kernels/backend.h"
 
 // A hot loop's function compiled three times, for AVX-512, AVX2 and the x86-64 baseline (SSE2,
@@ -40,6 +43,51 @@ void gemm_batched_cpu(KernelCtx *kc, int64_t batch, bool trans_a, bool trans_b, 
                       float *C, int64_t ldc, int64_t stride_c);
 
 // BEGIN elementwise
+// expf for `omp simd` loops, within 1 ulp of exp (Cephes' expf): x = n ln2 + r, |r| <= ln2/2,
+// exp(r) by a degree-7 polynomial, times 2^n built in the exponent bits. n = round(x / ln2)
+// comes from adding 1.5 * 2^23, which leaves n in the low mantissa bits, so no float->int
+// conversion (SSE2 has none for vectors). Below EXP_LO the result (< 2.4e-38) is 0, above
+// EXP_HI +inf, set through bit masks: a compare-and-select here would be if-converted by GCC
+// only without -ftrapping-math. A NaN stays NaN.
+#define EXP_LO -86.6f    // n >= -125, so that 2^(n-1) is a normal float
+#define EXP_HI 88.72283f // log(FLT_MAX)
+static inline __attribute__((always_inline)) float expf_simd(float x) {
+    const float magic = 12582912.0f; // 1.5 * 2^23
+    float t = x * 1.44269504088896341f + magic;
+    float n = t - magic;
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f; // ln2 in two parts: n * hi is exact
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits, scale_bits, y_bits;
+    memcpy(&bits, &t, sizeof bits);           // 0x4B400000 + n
+    scale_bits = (bits << 23) + (126u << 23); // (n - 1 + 127) << 23: 2^(n-1), n <= 128
+    float scale, y;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    y = 2.0f * p * scale;
+    memcpy(&y_bits, &y, sizeof y_bits);
+    uint32_t zero = -(uint32_t)(x < EXP_LO), inf = -(uint32_t)(x > EXP_HI); // all ones or 0
+    y_bits = (y_bits & ~(zero | inf)) | (inf & 0x7F800000u);
+    memcpy(&y, &y_bits, sizeof y);
+    return y;
+}
+
+// The activations as elementwise.c's kernels compute them, for norm.c's fused BatchNorm:
+// silu(x) = x / (1 + exp(-x)); its gradient dout * s * (1 + x (1 - s)), s = sigmoid(x); relu's
+// gradient passes dout where x > 0 (relu(x) > 0 exactly there).
+static inline __attribute__((always_inline)) float silu_value(float x) {
+    return x / (1.0f + expf_simd(-x));
+}
+
+static inline __attribute__((always_inline)) float silu_grad(float x, float dout) {
+    float s = 1.0f / (1.0f + expf_simd(-x));
+    return dout * s * (1.0f + x * (1.0f - s));
+}
+
 // ---- elementwise.c ----
 void relu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n);
 void relu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n);
@@ -115,18 +163,18 @@ void layernorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
 void batchnorm_train_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                              float *running_mean, float *running_var, const float *inp,
                              const float *weight, const float *bias, int64_t B, int64_t C,
-                             int64_t HW, float momentum, double eps);
+                             int64_t HW, float momentum, double eps, BnAct act);
 void batchnorm_apply_cpu(KernelCtx *kc, float *out, const float *inp, const float *weight,
                          const float *bias, const float *save_mean, const float *save_invstd,
-                         int64_t B, int64_t C, int64_t HW);
+                         int64_t B, int64_t C, int64_t HW, BnAct act);
 void batchnorm_eval_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                             const float *inp, const float *running_mean, const float *running_var,
                             const float *weight, const float *bias, int64_t B, int64_t C,
-                            int64_t HW, double eps);
+                            int64_t HW, double eps, BnAct act);
 void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight,
+                       const float *dout, const float *inp, const float *weight, const float *bias,
                        const float *save_mean, const float *save_invstd, int64_t B, int64_t C,
-                       int64_t HW, bool training);
+                       int64_t HW, bool training, BnAct act);
 // END elementwise
 
 // BEGIN conv

@@ -31,51 +31,18 @@ void relu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dou
     }
 }
 
-// expf for `omp simd` loops, within 1 ulp of exp (Cephes' expf): x = n ln2 + r, |r| <= ln2/2,
-// exp(r) by a degree-7 polynomial, times 2^n built in the exponent bits. n = round(x / ln2)
-// comes from adding 1.5 * 2^23, which leaves n in the low mantissa bits, so no float->int
-// conversion (SSE2 has none for vectors). Below EXP_LO the result (< 2.4e-38) is 0, above
-// EXP_HI +inf, set through bit masks: a compare-and-select here would be if-converted by GCC
-// only without -ftrapping-math. A NaN stays NaN.
-#define EXP_LO -86.6f    // n >= -125, so that 2^(n-1) is a normal float
-#define EXP_HI 88.72283f // log(FLT_MAX)
-static inline float expf_simd(float x) {
-    const float magic = 12582912.0f; // 1.5 * 2^23
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f; // ln2 in two parts: n * hi is exact
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits, scale_bits, y_bits;
-    memcpy(&bits, &t, sizeof bits);           // 0x4B400000 + n
-    scale_bits = (bits << 23) + (126u << 23); // (n - 1 + 127) << 23: 2^(n-1), n <= 128
-    float scale, y;
-    memcpy(&scale, &scale_bits, sizeof scale);
-    y = 2.0f * p * scale;
-    memcpy(&y_bits, &y, sizeof y_bits);
-    uint32_t zero = -(uint32_t)(x < EXP_LO), inf = -(uint32_t)(x > EXP_HI); // all ones or 0
-    y_bits = (y_bits & ~(zero | inf)) | (inf & 0x7F800000u);
-    memcpy(&y, &y_bits, sizeof y);
-    return y;
-}
+// expf_simd: cpu_kernels.h (norm.c's fused BatchNorm + SiLU uses it too).
 
 void silu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        out[i] = inp[i] / (1.0f + expf_simd(-inp[i]));
+        out[i] = silu_value(inp[i]);
 }
 
 void silu_bwd_cpu(KernelCtx *kc, float *dinp, const float *inp, const float *dout, int64_t n) {
 #pragma omp parallel for simd num_threads(kc->n_threads) if (parallel : n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + expf_simd(-inp[i]));
-        dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
-    }
+    for (int64_t i = 0; i < n; i++)
+        dinp[i] = silu_grad(inp[i], dout[i]);
 }
 
 void gelu_fwd_cpu(KernelCtx *kc, float *out, const float *inp, int64_t n) {

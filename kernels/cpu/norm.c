@@ -116,17 +116,31 @@ void layernorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
 
 // ---- BatchNorm2d ----
 // y = x * alpha + beta with alpha = invstd * w, beta = b - mean * alpha, all float
-// (batch_norm_cpu_collect_linear_and_constant_terms).
+// (batch_norm_cpu_collect_linear_and_constant_terms), then out = act(y) (BnAct), each act a
+// loop of its own so that every loop vectorises.
 static void bn_apply(float *out, const float *inp, const float *weight, const float *bias,
-                     int64_t B, int64_t C, int64_t HW, int64_t c, float mean, float invstd) {
+                     int64_t B, int64_t C, int64_t HW, int64_t c, float mean, float invstd,
+                     BnAct act) {
     float alpha = invstd * (weight ? weight[c] : 1.0f);
     float beta = (bias ? bias[c] : 0.0f) - mean * alpha;
     for (int64_t b = 0; b < B; b++) {
         const float *x = inp + (b * C + c) * HW;
         float *y = out + (b * C + c) * HW;
+        if (act == BN_ACT_RELU) {
 #pragma omp simd
-        for (int64_t i = 0; i < HW; i++)
-            y[i] = x[i] * alpha + beta;
+            for (int64_t i = 0; i < HW; i++) {
+                float v = x[i] * alpha + beta;
+                y[i] = v > 0.0f ? v : 0.0f;
+            }
+        } else if (act == BN_ACT_SILU) {
+#pragma omp simd
+            for (int64_t i = 0; i < HW; i++)
+                y[i] = silu_value(x[i] * alpha + beta);
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < HW; i++)
+                y[i] = x[i] * alpha + beta;
+        }
     }
 }
 
@@ -137,7 +151,7 @@ static void bn_apply(float *out, const float *inp, const float *weight, const fl
 void batchnorm_train_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                              float *running_mean, float *running_var, const float *inp,
                              const float *weight, const float *bias, int64_t B, int64_t C,
-                             int64_t HW, float momentum, double eps) {
+                             int64_t HW, float momentum, double eps, BnAct act) {
     const int64_t N = B * HW;
     CHECK(N > 1, "batchnorm: expected more than 1 value per channel when training, got %lld",
           (long long)N);
@@ -170,66 +184,106 @@ void batchnorm_train_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float 
             (float)((double)momentum * unbiased + (double)((1.0f - momentum) * running_var[c]));
         save_mean[c] = mean;
         save_invstd[c] = invstd;
-        bn_apply(out, inp, weight, bias, B, C, HW, c, mean, invstd);
+        bn_apply(out, inp, weight, bias, B, C, HW, c, mean, invstd, act);
     }
 }
 
 void batchnorm_eval_fwd_cpu(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                             const float *inp, const float *running_mean, const float *running_var,
                             const float *weight, const float *bias, int64_t B, int64_t C,
-                            int64_t HW, double eps) {
+                            int64_t HW, double eps, BnAct act) {
 #pragma omp parallel for num_threads(kc->n_threads) if (B * C * HW > PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         float invstd = 1.0f / sqrtf(running_var[c] + (float)eps);
         save_mean[c] = running_mean[c];
         save_invstd[c] = invstd;
-        bn_apply(out, inp, weight, bias, B, C, HW, c, running_mean[c], invstd);
+        bn_apply(out, inp, weight, bias, B, C, HW, c, running_mean[c], invstd, act);
     }
 }
 
 void batchnorm_apply_cpu(KernelCtx *kc, float *out, const float *inp, const float *weight,
                          const float *bias, const float *save_mean, const float *save_invstd,
-                         int64_t B, int64_t C, int64_t HW) {
+                         int64_t B, int64_t C, int64_t HW, BnAct act) {
 #pragma omp parallel for num_threads(kc->n_threads) if (B * C * HW > PAR_MIN)
     for (int64_t c = 0; c < C; c++)
-        bn_apply(out, inp, weight, bias, B, C, HW, c, save_mean[c], save_invstd[c]);
+        bn_apply(out, inp, weight, bias, B, C, HW, c, save_mean[c], save_invstd[c], act);
 }
+
+// g (HW) = the gradient of the normalised output y = x * alpha + beta from dout, the gradient
+// of act(y): dout itself without an act, else relu_bwd's or silu_bwd's formula on y computed
+// as bn_apply computes it. The backward below forms it twice per element (for the sums, then
+// for dx) instead of storing it.
+static inline __attribute__((always_inline)) void
+bn_act_grad(float *g, const float *x, const float *dout, float alpha, float beta, BnAct act,
+            int64_t HW) {
+    if (act == BN_ACT_RELU) {
+#pragma omp simd
+        for (int64_t i = 0; i < HW; i++) {
+            float d = dout[i];
+            g[i] = x[i] * alpha + beta > 0.0f ? d : 0.0f;
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < HW; i++)
+            g[i] = silu_grad(x[i] * alpha + beta, dout[i]);
+    }
+}
+
+// Elements of the stack tile the fused backward forms its gradient in.
+#define BN_TILE 512
 
 // batch_norm_cpu_backward_contiguous_impl: per channel sum = sum dy, dotp = sum (x - mean) dy;
 // train: dx = (dy - sum/N - (x - mean) * dotp invstd^2 / N) * invstd * w; eval: dy * invstd * w.
+// With an act, dy is bn_act_grad's, formed tile by tile on the stack.
 void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight, const float *save_mean,
-                       const float *save_invstd, int64_t B, int64_t C, int64_t HW, bool training) {
+                       const float *inp, const float *weight, const float *bias,
+                       const float *save_mean, const float *save_invstd, int64_t B, int64_t C,
+                       int64_t HW, bool training, BnAct act) {
     const int64_t N = B * HW;
 #pragma omp parallel for num_threads(kc->n_threads) if (B * C * HW > PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         float mean = save_mean[c], invstd = save_invstd[c];
+        float alpha = invstd * (weight ? weight[c] : 1.0f);
+        float beta = (bias ? bias[c] : 0.0f) - mean * alpha;
+        float tile[BN_TILE];
         double sum_acc = 0, dotp_acc = 0;
-        for (int64_t b = 0; b < B; b++) {
-            const float *x = inp + (b * C + c) * HW, *dy = dout + (b * C + c) * HW;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i0 = 0; i0 < HW; i0 += BN_TILE) {
+                const int64_t at = (b * C + c) * HW + i0, m = MIN(BN_TILE, HW - i0);
+                const float *x = inp + at, *dy = dout + at;
+                if (act != BN_ACT_NONE) {
+                    bn_act_grad(tile, x, dy, alpha, beta, act, m);
+                    dy = tile;
+                }
 #pragma omp simd reduction(+ : sum_acc, dotp_acc)
-            for (int64_t i = 0; i < HW; i++) {
-                sum_acc += dy[i];
-                dotp_acc += (x[i] - mean) * dy[i];
+                for (int64_t i = 0; i < m; i++) {
+                    sum_acc += dy[i];
+                    dotp_acc += (x[i] - mean) * dy[i];
+                }
             }
-        }
         float sum = (float)sum_acc, dotp = (float)dotp_acc;
         if (dinp) {
             float w_invstd = invstd * (weight ? weight[c] : 1.0f);
             float k = dotp * invstd * invstd / (float)N, grad_mean = sum / (float)N;
-            for (int64_t b = 0; b < B; b++) {
-                const float *x = inp + (b * C + c) * HW, *dy = dout + (b * C + c) * HW;
-                float *dx = dinp + (b * C + c) * HW;
-                if (training) {
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t i0 = 0; i0 < HW; i0 += BN_TILE) {
+                    const int64_t at = (b * C + c) * HW + i0, m = MIN(BN_TILE, HW - i0);
+                    const float *x = inp + at, *dy = dout + at;
+                    float *dx = dinp + at;
+                    if (act != BN_ACT_NONE) {
+                        bn_act_grad(tile, x, dy, alpha, beta, act, m);
+                        dy = tile;
+                    }
+                    if (training) {
 #pragma omp simd
-                    for (int64_t i = 0; i < HW; i++)
-                        dx[i] = (dy[i] - grad_mean - (x[i] - mean) * k) * w_invstd;
-                } else {
+                        for (int64_t i = 0; i < m; i++)
+                            dx[i] = (dy[i] - grad_mean - (x[i] - mean) * k) * w_invstd;
+                    } else {
 #pragma omp simd
-                    for (int64_t i = 0; i < HW; i++)
-                        dx[i] = dy[i] * w_invstd;
+                        for (int64_t i = 0; i < m; i++)
+                            dx[i] = dy[i] * w_invstd;
+                    }
                 }
-            }
         }
         if (dweight) dweight[c] += dotp * invstd;
         if (dbias) dbias[c] += sum;

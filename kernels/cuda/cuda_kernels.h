@@ -119,17 +119,18 @@ void layernorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias
 void batchnorm_train_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                               float *running_mean, float *running_var, const float *inp,
                               const float *weight, const float *bias, int64_t B, int64_t C,
-                              int64_t HW, float momentum, double eps);
+                              int64_t HW, float momentum, double eps, BnAct act);
 void batchnorm_apply_cuda(KernelCtx *kc, float *out, const float *inp, const float *weight,
                           const float *bias, const float *save_mean, const float *save_invstd,
-                          int64_t B, int64_t C, int64_t HW);
+                          int64_t B, int64_t C, int64_t HW, BnAct act);
 void batchnorm_eval_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                              const float *inp, const float *running_mean, const float *running_var,
                              const float *weight, const float *bias, int64_t B, int64_t C,
-                             int64_t HW, double eps);
+                             int64_t HW, double eps, BnAct act);
 void batchnorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *save_mean,
-                        const float *save_invstd, int64_t B, int64_t C, int64_t HW, bool training);
+                        const float *inp, const float *weight, const float *bias,
+                        const float *save_mean, const float *save_invstd, int64_t B, int64_t C,
+                        int64_t HW, bool training, BnAct act);
 // END elementwise
 
 // BEGIN conv

@@ -126,6 +126,33 @@ void layernorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias
 }
 
 // ---- BatchNorm2d ----
+// act(y) and the gradient of y from dout = the gradient of act(y) (BnAct), with
+// elementwise.cu's formulas for relu and silu, so that the fused kernels give the unfused
+// pair's results.
+static __device__ inline float bn_act_value(float y, BnAct act) {
+    if (act == BN_ACT_RELU) return y > 0.0f ? y : 0.0f;
+    if (act == BN_ACT_SILU) return y / (1.0f + expf(-y));
+    return y;
+}
+
+static __device__ inline float bn_act_grad(float y, float dout, BnAct act) {
+    if (act == BN_ACT_RELU) return y > 0.0f ? dout : 0.0f;
+    if (act == BN_ACT_SILU) {
+        float s = 1.0f / (1.0f + expf(-y));
+        return dout * s * (1.0f + y * (1.0f - s));
+    }
+    return dout;
+}
+
+// The normalised output's alpha (scale) and beta (shift) of channel c, as batchnorm_apply
+// computes them.
+static __device__ inline void bn_affine(float *alpha, float *beta, int64_t c,
+                                        const float *save_mean, const float *save_invstd,
+                                        const float *weight, const float *bias) {
+    *alpha = save_invstd[c] * (weight ? weight[c] : 1.0f);
+    *beta = (bias ? bias[c] : 0.0f) - save_mean[c] * *alpha;
+}
+
 // Element t of a (B, C, HW) tensor that is the i-th of channel c's N = B*HW values.
 static __device__ inline int64_t bn_at(int64_t i, int64_t c, int64_t C, int64_t HW) {
     return (i / HW * C + c) * HW + i % HW;
@@ -177,71 +204,73 @@ extern "C" __global__ void batchnorm_eval_fwd_kernel(float *save_mean, float *sa
 extern "C" __global__ void batchnorm_apply_kernel(float *out, const float *inp,
                                                   const float *save_mean, const float *save_invstd,
                                                   const float *weight, const float *bias, int64_t C,
-                                                  int64_t HW, int64_t n) {
+                                                  int64_t HW, int64_t n, BnAct act) {
     int64_t t = thread_index();
     if (t >= n) return;
-    int64_t c = t / HW % C;
-    float alpha = save_invstd[c] * (weight ? weight[c] : 1.0f);
-    float beta = (bias ? bias[c] : 0.0f) - save_mean[c] * alpha;
-    out[t] = inp[t] * alpha + beta;
+    float alpha, beta;
+    bn_affine(&alpha, &beta, t / HW % C, save_mean, save_invstd, weight, bias);
+    out[t] = bn_act_value(inp[t] * alpha + beta, act);
 }
 
 static void bn_apply(KernelCtx *kc, float *out, const float *inp, const float *save_mean,
                      const float *save_invstd, const float *weight, const float *bias, int64_t B,
-                     int64_t C, int64_t HW) {
+                     int64_t C, int64_t HW, BnAct act) {
     int64_t n = B * C * HW;
     batchnorm_apply_kernel<<<blocks_for(n), CUDA_THREADS, 0, stream_of(kc)>>>(
-        out, inp, save_mean, save_invstd, weight, bias, C, HW, n);
+        out, inp, save_mean, save_invstd, weight, bias, C, HW, n, act);
     CUDA_CHECK(cudaGetLastError());
 }
 
 void batchnorm_train_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                               float *running_mean, float *running_var, const float *inp,
                               const float *weight, const float *bias, int64_t B, int64_t C,
-                              int64_t HW, float momentum, double eps) {
+                              int64_t HW, float momentum, double eps, BnAct act) {
     CHECK(B * HW > 1, "batchnorm: expected more than 1 value per channel when training, got %lld",
           (long long)(B * HW));
     if (C <= 0) return;
     batchnorm_train_fwd_kernel<<<grid_of(C), CUDA_THREADS, 0, stream_of(kc)>>>(
         save_mean, save_invstd, running_mean, running_var, inp, B, C, HW, momentum, eps);
     CUDA_CHECK(cudaGetLastError());
-    bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW);
+    bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW, act);
 }
 
 void batchnorm_eval_fwd_cuda(KernelCtx *kc, float *out, float *save_mean, float *save_invstd,
                              const float *inp, const float *running_mean, const float *running_var,
                              const float *weight, const float *bias, int64_t B, int64_t C,
-                             int64_t HW, double eps) {
+                             int64_t HW, double eps, BnAct act) {
     if (C <= 0) return;
     batchnorm_eval_fwd_kernel<<<blocks_for(C), CUDA_THREADS, 0, stream_of(kc)>>>(
         save_mean, save_invstd, running_mean, running_var, C, eps);
     CUDA_CHECK(cudaGetLastError());
-    if (B * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW);
+    if (B * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW, act);
 }
 
 void batchnorm_apply_cuda(KernelCtx *kc, float *out, const float *inp, const float *weight,
                           const float *bias, const float *save_mean, const float *save_invstd,
-                          int64_t B, int64_t C, int64_t HW) {
-    if (B * C * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW);
+                          int64_t B, int64_t C, int64_t HW, BnAct act) {
+    if (B * C * HW > 0) bn_apply(kc, out, inp, save_mean, save_invstd, weight, bias, B, C, HW, act);
 }
 
 // Per channel (a block each): sum = sum dy, dotp = sum (x - mean) dy (float products summed in
-// double); dweight += dotp * invstd, dbias += sum; coef[c] = sum / N, coef[C + c] =
-// dotp invstd^2 / N for the input gradient.
+// double), dy = bn_act_grad of dout; dweight += dotp * invstd, dbias += sum; coef[c] = sum / N,
+// coef[C + c] = dotp invstd^2 / N for the input gradient.
 extern "C" __global__ void batchnorm_bwd_stats_kernel(float *coef, float *dweight, float *dbias,
                                                       const float *dout, const float *inp,
+                                                      const float *weight, const float *bias,
                                                       const float *save_mean,
                                                       const float *save_invstd, int64_t B,
-                                                      int64_t C, int64_t HW) {
+                                                      int64_t C, int64_t HW, BnAct act) {
     int64_t c = blockIdx.x;
     if (c >= C) return;
     const int64_t N = B * HW;
-    float mean = save_mean[c], invstd = save_invstd[c];
+    float mean = save_mean[c], invstd = save_invstd[c], alpha, beta;
+    bn_affine(&alpha, &beta, c, save_mean, save_invstd, weight, bias);
     double sum_acc = 0, dotp_acc = 0;
     for (int64_t i = threadIdx.x; i < N; i += CUDA_THREADS) {
         int64_t at = bn_at(i, c, C, HW);
-        sum_acc += dout[at];
-        dotp_acc += (inp[at] - mean) * dout[at];
+        float dy = bn_act_grad(inp[at] * alpha + beta, dout[at], act);
+        sum_acc += dy;
+        dotp_acc += (inp[at] - mean) * dy;
     }
     float sum = (float)block_reduce<double>(sum_acc, BLOCK_SUM),
           dotp = (float)block_reduce<double>(dotp_acc, BLOCK_SUM);
@@ -254,32 +283,37 @@ extern "C" __global__ void batchnorm_bwd_stats_kernel(float *coef, float *dweigh
 
 // train: dx += (dy - grad_mean - (x - mean) * k) * invstd * w; eval: dx += dy * invstd * w.
 extern "C" __global__ void batchnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
-                                                const float *weight, const float *save_mean,
-                                                const float *save_invstd, const float *coef,
-                                                int64_t C, int64_t HW, int64_t n, bool training) {
+                                                const float *weight, const float *bias,
+                                                const float *save_mean, const float *save_invstd,
+                                                const float *coef, int64_t C, int64_t HW, int64_t n,
+                                                bool training, BnAct act) {
     int64_t t = thread_index();
     if (t >= n) return;
     int64_t c = t / HW % C;
+    float alpha, beta;
+    bn_affine(&alpha, &beta, c, save_mean, save_invstd, weight, bias);
+    float dy = bn_act_grad(inp[t] * alpha + beta, dout[t], act);
     float w_invstd = save_invstd[c] * (weight ? weight[c] : 1.0f);
     if (training)
-        dinp[t] = (dout[t] - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * w_invstd;
+        dinp[t] = (dy - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * w_invstd;
     else
-        dinp[t] = dout[t] * w_invstd;
+        dinp[t] = dy * w_invstd;
 }
 
 void batchnorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *save_mean,
-                        const float *save_invstd, int64_t B, int64_t C, int64_t HW, bool training) {
+                        const float *inp, const float *weight, const float *bias,
+                        const float *save_mean, const float *save_invstd, int64_t B, int64_t C,
+                        int64_t HW, bool training, BnAct act) {
     const int64_t n = B * C * HW;
     if (n <= 0) return;
     cudaStream_t st = stream_of(kc);
     float *coef = (float *)scratch_alloc(kc, sizeof(float) * (size_t)(2 * C));
     batchnorm_bwd_stats_kernel<<<grid_of(C), CUDA_THREADS, 0, st>>>(
-        coef, dweight, dbias, dout, inp, save_mean, save_invstd, B, C, HW);
+        coef, dweight, dbias, dout, inp, weight, bias, save_mean, save_invstd, B, C, HW, act);
     CUDA_CHECK(cudaGetLastError());
     if (dinp) {
         batchnorm_bwd_kernel<<<blocks_for(n), CUDA_THREADS, 0, st>>>(
-            dinp, dout, inp, weight, save_mean, save_invstd, coef, C, HW, n, training);
+            dinp, dout, inp, weight, bias, save_mean, save_invstd, coef, C, HW, n, training, act);
         CUDA_CHECK(cudaGetLastError());
     }
     scratch_free(kc, coef);

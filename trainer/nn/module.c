@@ -141,21 +141,6 @@ static void init_default(Tensor *t, Rng *rng, double fan_in) {
     init_uniform(t, rng, -a, a);
 }
 
-Tensor *act_forward(Tape *t, Tensor *x, Act act) {
-    switch (act) {
-    case ACT_NONE:
-        return x;
-    case ACT_RELU: // x is batchnorm2d's fresh output (conv_forward): in place
-        return op_relu_(t, x);
-    case ACT_SILU:
-        return op_silu(t, x);
-    case ACT_GELU:
-        return op_gelu(t, x);
-    }
-    CHECK(false, "unknown activation %d", (int)act);
-    return NULL;
-}
-
 // ---- Linear ----
 void linear_init(Linear *l, Registry *r, const char *name, int in, int out) {
     registry_push(r, "%s", name);
@@ -261,8 +246,20 @@ void conv_init(Conv *c, Registry *r, const char *name, ConvShape s, Act act) {
     conv_init_named(c, r, name, "conv", "bn", s, act);
 }
 
+// BatchNorm and the activation: ReLU and SiLU fused into the BatchNorm op
+// (op_batchnorm2d_act: one pass over the map), GELU as an op of its own.
 Tensor *conv_forward(Conv *c, Tape *t, Tensor *x) {
     Tensor *y = op_conv2d(t, x, c->w, NULL, c->p);
-    y = batchnorm2d_forward(&c->bn, t, y);
-    return act_forward(t, y, c->act);
+    switch (c->act) {
+    case ACT_NONE:
+        return batchnorm2d_forward(&c->bn, t, y);
+    case ACT_RELU:
+        return op_batchnorm2d_act(t, y, c->bn.w, c->bn.b, &c->bn.st, BN_ACT_RELU);
+    case ACT_SILU:
+        return op_batchnorm2d_act(t, y, c->bn.w, c->bn.b, &c->bn.st, BN_ACT_SILU);
+    case ACT_GELU:
+        return op_gelu(t, batchnorm2d_forward(&c->bn, t, y));
+    }
+    CHECK(false, "unknown activation %d", (int)c->act);
+    return NULL;
 }

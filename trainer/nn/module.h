@@ -67,9 +67,6 @@ void init_normal(Tensor *t, Rng *rng); // N(0, 1)
 void init_xavier_uniform(Tensor *t, Rng *rng);
 
 typedef enum { ACT_NONE, ACT_RELU, ACT_SILU, ACT_GELU } Act;
-// ACT_NONE returns x and records nothing; ACT_RELU runs in place (op_relu_): x must be an
-// output nothing else reads whose op does not read it back in backward (batchnorm2d's).
-Tensor *act_forward(Tape *t, Tensor *x, Act act);
 
 // ---- nn.Linear: w (OUT,IN), b (OUT); both U(+-1/sqrt(IN)) (kaiming_uniform, a = sqrt 5) ----
 typedef struct Linear {

@@ -78,6 +78,7 @@ Tensor *op_layernorm(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, float eps
 typedef struct BatchNormCtx {
     Tensor *save_mean, *save_invstd; // (C): what the forward normalised with
     bool training;                   // the forward's mode (decides the backward formula)
+    BnAct act;                       // the activation the output went through
 } BatchNormCtx;
 
 static void batchnorm2d_backward(Tape *t, Node *n) {
@@ -87,8 +88,8 @@ static void batchnorm2d_backward(Tape *t, Node *n) {
     KERNEL_CHECK(be, batchnorm_bwd);
     float *dx = x->requires_grad ? tape_grad_to_write(t, x) : NULL; // WRITTEN by the kernel
     be->batchnorm_bwd(&t->kc, dx, grad_or_null(t, w), grad_or_null(t, b), y->grad, x->data,
-                      data_or_null(w), c->save_mean->data, c->save_invstd->data, x->shape[0],
-                      x->shape[1], x->shape[2] * x->shape[3], c->training);
+                      data_or_null(w), data_or_null(b), c->save_mean->data, c->save_invstd->data,
+                      x->shape[0], x->shape[1], x->shape[2] * x->shape[3], c->training, c->act);
     if (dx) tape_grad_written(t, x, dx);
 }
 
@@ -100,7 +101,7 @@ static void batchnorm2d_recompute(Tape *t, Node *n) {
     KERNEL_CHECK(be, batchnorm_apply);
     be->batchnorm_apply(&t->kc, y->data, x->data, data_or_null(w), data_or_null(b),
                         c->save_mean->data, c->save_invstd->data, x->shape[0], x->shape[1],
-                        x->shape[2] * x->shape[3]);
+                        x->shape[2] * x->shape[3], c->act);
 }
 
 static const OpInfo batchnorm2d_info = {
@@ -120,6 +121,11 @@ static double decimal_of(float f) {
 }
 
 Tensor *op_batchnorm2d(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, BatchNormState *st) {
+    return op_batchnorm2d_act(t, x, weight, bias, st, BN_ACT_NONE);
+}
+
+Tensor *op_batchnorm2d_act(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, BatchNormState *st,
+                           BnAct act) {
     char xs[64];
     CHECK(x->ndim == 4, "op_batchnorm2d: x [%s] is not (B,C,H,W)", tensor_shape_str(x, xs, 64));
     int64_t B = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
@@ -140,18 +146,18 @@ Tensor *op_batchnorm2d(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, BatchNo
         be->batchnorm_train_fwd(&t->kc, y->data, save_mean->data, save_invstd->data,
                                 st->running_mean->data, st->running_var->data, x->data,
                                 data_or_null(weight), data_or_null(bias), B, C, HW, st->momentum,
-                                eps);
+                                eps, act);
         st->num_batches_tracked++;
     } else {
         KERNEL_CHECK(be, batchnorm_eval_fwd);
         be->batchnorm_eval_fwd(&t->kc, y->data, save_mean->data, save_invstd->data, x->data,
                                st->running_mean->data, st->running_var->data, data_or_null(weight),
-                               data_or_null(bias), B, C, HW, eps);
+                               data_or_null(bias), B, C, HW, eps, act);
     }
     Node *n = tape_record(t, &batchnorm2d_info, (Tensor *[]){x, weight, bias}, 3, &y, 1);
     if (n) {
         BatchNormCtx *c = tape_alloc(t, sizeof *c);
-        *c = (BatchNormCtx){save_mean, save_invstd, t->training};
+        *c = (BatchNormCtx){save_mean, save_invstd, t->training, act};
         n->ctx = c;
     }
     return y;

@@ -83,6 +83,12 @@ typedef struct BatchNormState {
 // variance), update running stats with the unbiased one; else use the running stats.
 // Edges: x, weight, bias.
 Tensor *op_batchnorm2d(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, BatchNormState *st);
+// op_batchnorm2d followed by ReLU or SiLU (BnAct) in one op: act(batchnorm2d(x)), with the
+// unfused pair's values and gradients bit for bit (test_ops_norm). One pass over the map
+// forward instead of two, and the backward forms the activation's gradient on the fly instead
+// of reading and writing it: nn.Conv's BatchNorm and activation (trainer/nn/module.c).
+Tensor *op_batchnorm2d_act(Tape *t, Tensor *x, Tensor *weight, Tensor *bias, BatchNormState *st,
+                           BnAct act);
 
 // ---- convolution, pooling, padding, resampling (ops/conv.c, ops/pool.c, ops/resample.c) ----
 // x (B,C,H,W), w (OC, C/groups, KH, KW), bias (OC) or NULL -> (B,OC,OH,OW). Edges: x, w, bias.
