@@ -320,7 +320,8 @@ static void test_batchnorm_act_fused(void) {
     // bit-for-bit match above, with op_relu's own gradcheck in test_ops_elementwise)
     for (int train = 1; train >= 0; train--) {
         Tensor *xs = leaf(4, (int64_t[]){3, 4, 3, 2}, 94 + train, -2, 3);
-        Tensor *ws = leaf(1, (int64_t[]){4}, 96, 0.5f, 1.5f), *bs = leaf(1, (int64_t[]){4}, 97, -1, 1);
+        Tensor *ws = leaf(1, (int64_t[]){4}, 96, 0.5f, 1.5f);
+        Tensor *bs = leaf(1, (int64_t[]){4}, 97, -1, 1);
         BatchNormState st = bn_state(4, (float[]){0.1f, -0.3f, 0.5f, 0},
                                      (float[]){0.8f, 1.2f, 2, 0.5f}, 0.03f, 1e-3f);
         EXPECT(gradcheck("batchnorm_silu", fwd_batchnorm_silu, &st, (Tensor *[]){xs, ws, bs}, 3,

@@ -402,7 +402,8 @@ void winograd_conv2d_fwd(KernelCtx *kc, const WinoShape *s, float *out, const fl
     float *V = U + nU, *M = V + WIN2 * s->C * pl.chunk;
     transform_weights(kc, &pl, U, w);
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
-        const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES), real = real_tiles(&pl, n, t0);
+        const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
+        const int64_t real = real_tiles(&pl, n, t0);
         over_channels(kc, &pl, transform_inputs_channel, true, V, x, n, t0);
 #pragma omp parallel for num_threads(kc->n_threads) PAR_GEMMS
         for (int64_t xi = 0; xi < WIN2; xi++) // M[xi] = U[xi] @ V[xi]
@@ -421,7 +422,8 @@ void winograd_conv2d_bwd(KernelCtx *kc, const WinoShape *s, float *dx, float *dw
     float *dU = U + nU, *V = dU + nU, *dM = V + WIN2 * s->C * pl.chunk;
     if (dx) transform_weights(kc, &pl, U, w);
     for (int64_t t0 = 0; t0 < pl.T; t0 += pl.chunk) {
-        const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES), real = real_tiles(&pl, n, t0);
+        const int64_t n = MIN(pl.chunk, CEIL_DIV(pl.T - t0, LANES) * LANES);
+        const int64_t real = real_tiles(&pl, n, t0);
         over_channels(kc, &pl, adjoint_outputs_channel, false, dM, dout, n, t0);
         if (dw) {
             over_channels(kc, &pl, transform_inputs_channel, true, V, x, n, t0);

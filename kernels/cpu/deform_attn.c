@@ -194,8 +194,9 @@ void msdeform_attn_fwd_cpu(KernelCtx *kc, float *out, const float *value, const 
                     for (int p = 0; p < P; p++) {
                         int64_t j = (i * L + l) * P + p;
                         // grid = 2 * loc - 1, as the PyTorch code computes it before grid_sample
-                        Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
-                                               shapes[2 * l], shapes[2 * l + 1]);
+                        Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f,
+                                               2.0f * loc[2 * j + 1] - 1.0f, shapes[2 * l],
+                                               shapes[2 * l + 1]);
                         const float *c[4];
                         corner_rows(c, plane, D, &t);
                         float a = aw[j];
@@ -240,8 +241,8 @@ void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw
                     int64_t Hl = shapes[2 * l], Wl = shapes[2 * l + 1], base = start[l] * D;
                     for (int p = 0; p < P; p++) {
                         int64_t j = (i * L + l) * P + p;
-                        Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f, 2.0f * loc[2 * j + 1] - 1.0f,
-                                               Hl, Wl);
+                        Taps t = bilinear_taps(2.0f * loc[2 * j] - 1.0f,
+                                               2.0f * loc[2 * j + 1] - 1.0f, Hl, Wl);
                         const float *c[4];
                         corner_rows(c, slice + base, D, &t);
                         float a = aw[j];
@@ -261,7 +262,8 @@ void msdeform_attn_bwd_cpu(KernelCtx *kc, float *dvalue, float *dloc, float *daw
                             float nw = c[0][d], ne = c[1][d], sw = c[2][d], se = c[3][d];
                             gx += ((ne - nw) * t.s + (se - sw) * t.n) * go[d];
                             gy += ((sw - nw) * t.e + (se - ne) * t.w) * go[d];
-                            ga += g[d] * (nw * t.wt[0] + ne * t.wt[1] + sw * t.wt[2] + se * t.wt[3]);
+                            ga += g[d] *
+                                  (nw * t.wt[0] + ne * t.wt[1] + sw * t.wt[2] + se * t.wt[3]);
                         }
                         if (daw) daw[j] += ga;
                         // d(loc) = 2 d(grid): the grid is 2 * loc - 1

@@ -115,14 +115,22 @@ void layernorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
 }
 
 // ---- BatchNorm2d ----
-// y = x * alpha + beta with alpha = invstd * w, beta = b - mean * alpha, all float
-// (batch_norm_cpu_collect_linear_and_constant_terms), then out = act(y) (BnAct), each act a
-// loop of its own so that every loop vectorises.
+// Channel c's normalised output y = x * alpha + beta: alpha = invstd * w, beta = b - mean *
+// alpha, all float (batch_norm_cpu_collect_linear_and_constant_terms). The forwards apply it;
+// the backward recomputes y with it, and alpha is also dx's w * invstd.
+static void bn_affine(float *alpha, float *beta, const float *weight, const float *bias,
+                      int64_t c, float mean, float invstd) {
+    *alpha = invstd * (weight ? weight[c] : 1.0f);
+    *beta = (bias ? bias[c] : 0.0f) - mean * *alpha;
+}
+
+// out = act(y) (BnAct) for channel c, each act a loop of its own so that every loop
+// vectorises.
 static void bn_apply(float *out, const float *inp, const float *weight, const float *bias,
                      int64_t B, int64_t C, int64_t HW, int64_t c, float mean, float invstd,
                      BnAct act) {
-    float alpha = invstd * (weight ? weight[c] : 1.0f);
-    float beta = (bias ? bias[c] : 0.0f) - mean * alpha;
+    float alpha, beta;
+    bn_affine(&alpha, &beta, weight, bias, c, mean, invstd);
     for (int64_t b = 0; b < B; b++) {
         const float *x = inp + (b * C + c) * HW;
         float *y = out + (b * C + c) * HW;
@@ -210,9 +218,9 @@ void batchnorm_apply_cpu(KernelCtx *kc, float *out, const float *inp, const floa
 }
 
 // g (HW) = the gradient of the normalised output y = x * alpha + beta from dout, the gradient
-// of act(y): dout itself without an act, else relu_bwd's or silu_bwd's formula on y computed
-// as bn_apply computes it. The backward below forms it twice per element (for the sums, then
-// for dx) instead of storing it.
+// of act(y) for act ReLU or SiLU: relu_bwd's or silu_bwd's formula on y computed as bn_apply
+// computes it. The backward below forms it twice per element (for the sums, then for dx)
+// instead of storing it.
 static inline __attribute__((always_inline)) void
 bn_act_grad(float *g, const float *x, const float *dout, float alpha, float beta, BnAct act,
             int64_t HW) {
@@ -242,9 +250,8 @@ void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
     const int64_t N = B * HW;
 #pragma omp parallel for num_threads(kc->n_threads) if (B * C * HW > PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
-        float mean = save_mean[c], invstd = save_invstd[c];
-        float alpha = invstd * (weight ? weight[c] : 1.0f);
-        float beta = (bias ? bias[c] : 0.0f) - mean * alpha;
+        float mean = save_mean[c], invstd = save_invstd[c], alpha, beta;
+        bn_affine(&alpha, &beta, weight, bias, c, mean, invstd);
         float tile[BN_TILE];
         double sum_acc = 0, dotp_acc = 0;
         for (int64_t b = 0; b < B; b++)
@@ -263,7 +270,6 @@ void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
             }
         float sum = (float)sum_acc, dotp = (float)dotp_acc;
         if (dinp) {
-            float w_invstd = invstd * (weight ? weight[c] : 1.0f);
             float k = dotp * invstd * invstd / (float)N, grad_mean = sum / (float)N;
             for (int64_t b = 0; b < B; b++)
                 for (int64_t i0 = 0; i0 < HW; i0 += BN_TILE) {
@@ -277,11 +283,11 @@ void batchnorm_bwd_cpu(KernelCtx *kc, float *dinp, float *dweight, float *dbias,
                     if (training) {
 #pragma omp simd
                         for (int64_t i = 0; i < m; i++)
-                            dx[i] = (dy[i] - grad_mean - (x[i] - mean) * k) * w_invstd;
+                            dx[i] = (dy[i] - grad_mean - (x[i] - mean) * k) * alpha;
                     } else {
 #pragma omp simd
                         for (int64_t i = 0; i < m; i++)
-                            dx[i] = dy[i] * w_invstd;
+                            dx[i] = dy[i] * alpha;
                     }
                 }
         }

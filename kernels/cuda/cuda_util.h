@@ -71,4 +71,19 @@ template <typename T> static __device__ inline T block_reduce(T v, BlockOp op) {
     return r;
 }
 
+// The activations' formulas, for elementwise.cu's kernels and norm.cu's fused BatchNorm:
+// sigmoid, silu(x) = x / (1 + exp(-x)) and silu's gradient dout * s * (1 + x (1 - s)).
+static __device__ inline float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+static __device__ inline float silu_value(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+static __device__ inline float silu_grad(float x, float dout) {
+    float s = sigmoidf(x);
+    return dout * s * (1.0f + x * (1.0f - s));
+}
+
 #endif

@@ -12,10 +12,6 @@
 // ---- unary activations ----
 // A kernel per op (its symbol is what CUPTI shows), each one line of formula.
 
-static __device__ inline float sigmoidf(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
-
 extern "C" __global__ void relu_fwd_kernel(float *out, const float *inp, int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
@@ -32,15 +28,14 @@ extern "C" __global__ void relu_bwd_kernel(float *dinp, const float *inp, const 
 extern "C" __global__ void silu_fwd_kernel(float *out, const float *inp, int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    out[i] = inp[i] / (1.0f + expf(-inp[i]));
+    out[i] = silu_value(inp[i]);
 }
 
 extern "C" __global__ void silu_bwd_kernel(float *dinp, const float *inp, const float *dout,
                                            int64_t n) {
     int64_t i = thread_index();
     if (i >= n) return;
-    float s = sigmoidf(inp[i]);
-    dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
+    dinp[i] = silu_grad(inp[i], dout[i]);
 }
 
 #define GELU_ALPHA ((float)M_SQRT1_2)

@@ -127,20 +127,17 @@ void layernorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias
 
 // ---- BatchNorm2d ----
 // act(y) and the gradient of y from dout = the gradient of act(y) (BnAct), with
-// elementwise.cu's formulas for relu and silu, so that the fused kernels give the unfused
-// pair's results.
+// elementwise.cu's formulas for relu and silu (silu's from cuda_util.h), so that the fused
+// kernels give the unfused pair's results.
 static __device__ inline float bn_act_value(float y, BnAct act) {
     if (act == BN_ACT_RELU) return y > 0.0f ? y : 0.0f;
-    if (act == BN_ACT_SILU) return y / (1.0f + expf(-y));
+    if (act == BN_ACT_SILU) return silu_value(y);
     return y;
 }
 
 static __device__ inline float bn_act_grad(float y, float dout, BnAct act) {
     if (act == BN_ACT_RELU) return y > 0.0f ? dout : 0.0f;
-    if (act == BN_ACT_SILU) {
-        float s = 1.0f / (1.0f + expf(-y));
-        return dout * s * (1.0f + y * (1.0f - s));
-    }
+    if (act == BN_ACT_SILU) return silu_grad(y, dout);
     return dout;
 }
 
@@ -293,11 +290,10 @@ extern "C" __global__ void batchnorm_bwd_kernel(float *dinp, const float *dout, 
     float alpha, beta;
     bn_affine(&alpha, &beta, c, save_mean, save_invstd, weight, bias);
     float dy = bn_act_grad(inp[t] * alpha + beta, dout[t], act);
-    float w_invstd = save_invstd[c] * (weight ? weight[c] : 1.0f);
-    if (training)
-        dinp[t] = (dy - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * w_invstd;
+    if (training) // alpha is w * invstd
+        dinp[t] = (dy - coef[c] - (inp[t] - save_mean[c]) * coef[C + c]) * alpha;
     else
-        dinp[t] = dy * w_invstd;
+        dinp[t] = dy * alpha;
 }
 
 void batchnorm_bwd_cuda(KernelCtx *kc, float *dinp, float *dweight, float *dbias, const float *dout,
