@@ -238,8 +238,9 @@ int probe_drain(const char *ring_path, const char *db_path, ProbeDrainReport *re
 // Checks that path is a readable trace this build understands: a SQLite database (opened
 // read-only) with user_version between 1 and PROBE_SCHEMA_VERSION, the schema's tables, and
 // a file as long as its pages say, and (up to 64 MB; a bigger trace's damaged page is reported
-// when a reader reaches it) a clean quick_check. Returns 0, or -1 with one line in err naming
-// the path and the problem.
+// when a reader reaches it) a clean quick_check. A hot journal (a writer killed inside a
+// transaction) is rolled back first, through a read-write connection: the one write a reader
+// makes. Returns 0, or -1 with one line in err naming the path and the problem.
 int probe_db_check(const char *path, char *err, size_t errlen);
 // Sets meta(keys[i]) = values[i], i < n, in one transaction, in an existing trace whose rank
 // has exited (the launcher: how each rank ended, keys "exit" and "failed_first"). The trace is

@@ -3,8 +3,9 @@
  * the database exactly once, in order; a tiny ring drops and counts exactly what it drops),
  * a rank SIGKILLed mid-stream and drained (nothing it committed is lost), the table routing
  * of META/PARAM/LAYOUT and long text, heartbeats and a HANG added by another mapping, and the
- * failures a user meets: truncated ring, truncated or corrupt database, a newer schema, an
- * unwritable directory and a full disk (the probe turns off with one warning). */
+ * failures a user meets: truncated ring, truncated or corrupt database, a newer schema, a hot
+ * journal left by a rank killed inside a transaction, an unwritable directory and a full disk
+ * (the probe turns off with one warning). */
 #include "probe/probe.h"
 #include "probe/tracedb.h"
 
@@ -620,6 +621,68 @@ static void test_bad_db(void) {
            "drain into a newer schema: %s", err);
 }
 
+// tests/fixtures/hot_journal: rank 1's trace from a run of tests/cli/attach.sh's case (a)
+// that CI once failed, taken as the run left it. The launcher's SIGTERM reached rank 1 inside
+// its probe's last transaction (tracedb_close switching the trace out of WAL), after the
+// journal's commit record was synced and before the journal was deleted: rank1.db-journal is
+// hot, and a read-only reader can read nothing until SQLite rolls it back. Copied to dir; the
+// extended code of a read-only read there, to show the fixture is what it claims.
+static int copy_hot_journal(const char *dir) {
+    char db_path[300], journal[300];
+    snprintf(db_path, sizeof db_path, "%s/rank1.db", dir);
+    snprintf(journal, sizeof journal, "%s/rank1.db-journal", dir);
+    mkdir(dir, 0755);
+    copy_file("tests/fixtures/hot_journal/rank1.db", db_path);
+    copy_file("tests/fixtures/hot_journal/rank1.db-journal", journal);
+    sqlite3 *db = db_open(db_path);
+    sqlite3_stmt *s;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_step(s), sqlite3_finalize(s);
+    rc = rc == SQLITE_ROW ? SQLITE_OK : sqlite3_extended_errcode(db);
+    sqlite3_close(db);
+    return rc;
+}
+
+// The hot journal: probe_db_check (every reader's first step) rolls it back, so the report
+// reads every event rank 1 committed and its last commit (closed = clean); the drain, which
+// checks before it writes, takes it too. Before, both failed with "attempt to write a readonly
+// database": the launcher could not drain rank 1, and `ddpdbg report` dropped it and
+// diagnosed the field report's case as unused on all ranks.
+static void test_hot_journal(void) {
+    char err[512], closed[32];
+    EXPECT(copy_hot_journal(at("hot")) == SQLITE_READONLY_ROLLBACK,
+           "the fixture: a hot journal a read-only reader cannot get past");
+    EXPECT(probe_db_check(at("hot/rank1.db"), err, sizeof err) == 0, "probe_db_check: %s", err);
+    EXPECT(access(at("hot/rank1.db-journal"), F_OK) != 0, "the journal is rolled back and gone");
+    sqlite3 *db = db_open(at("hot/rank1.db"));
+    EXPECT(q_int(db, "SELECT count(*) FROM events") == 118 &&
+               q_int(db, "SELECT max(seq) FROM events") == 162,
+           "every committed event is there");
+    EXPECT(!strcmp(q_text(db, closed, sizeof closed, "SELECT value FROM meta WHERE key = 'closed'"),
+                   "clean"),
+           "rank 1's last commit: closed = %s", closed);
+    sqlite3_close(db);
+
+    EXPECT(copy_hot_journal(at("hot2")) == SQLITE_READONLY_ROLLBACK, "the fixture again");
+    ProbeRing *r = probe_ring_create(at("hot2/rank1.ring"), 256, 1, err, sizeof err);
+    EXPECT(r, "create: %s", err);
+    if (!r) return;
+    for (int64_t c = 1; c <= 163; c++) // seqs 1..163: the trace has up to 162
+        probe_ring_emit(r, PROBE_GRAD_READY, 9, 0, 0, 0, c, 0, NULL, 0);
+    probe_ring_close(r);
+    ProbeDrainReport rep;
+    EXPECT(probe_drain(at("hot2/rank1.ring"), at("hot2/rank1.db"), &rep, err, sizeof err) == 0 &&
+               rep.inserted == 1,
+           "the drain: %s (inserted %llu)", err, (unsigned long long)rep.inserted);
+    db = db_open(at("hot2/rank1.db"));
+    EXPECT(q_int(db, "SELECT count(*) FROM events") == 119 &&
+               !strcmp(q_text(db, closed, sizeof closed,
+                              "SELECT value FROM meta WHERE key = 'closed'"),
+                       "drained"),
+           "drained: 119 events, closed = %s", closed);
+    sqlite3_close(db);
+}
+
 // A trace whose b-trees are sound (quick_check passes) but whose meta index lacks rows the
 // table has (tests/fixtures/fuzz/trace/index_lacks_rows_1.db, found by make fuzz): a reader
 // takes it; the drain refuses it, since its INSERT OR REPLACE through that index used to
@@ -720,6 +783,7 @@ int main(void) {
     test_bad_ring();
     test_bad_db();
     test_index_lacks_rows();
+    test_hot_journal();
     test_unwritable_dir();
     test_disk_full();
     nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
