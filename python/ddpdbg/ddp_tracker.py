@@ -101,11 +101,18 @@ def install(S):
         if tracker is None or not tracker.expect_backward or not S.on():
             return orig_backward(*args, **kwargs)
         tracker.guard(tracker.begin_backward)
+        tracker.defer_errors = True
         try:
             result = orig_backward(*args, **kwargs)
         except Exception as e:
+            tracker.defer_errors, tracker.deferred_error = False, None
             tracker.guard(tracker.backward_failed, e)
             raise
+        exc = tracker.deferred_error
+        tracker.defer_errors, tracker.deferred_error = False, None
+        if exc is not None:  # a bucket's allreduce failed: raised where the reducer would
+            tracker.guard(tracker.backward_failed, exc)
+            raise exc
         tracker.guard(tracker.end_backward)
         return result
 
@@ -183,6 +190,8 @@ class DdpTracker:
         self.builtin_hook = False
         self.expect_backward = False
         self.in_backward = False
+        self.defer_errors = False   # our torch.autograd.backward runs this backward (defer)
+        self.deferred_error = None  # the first bucket allreduce's error it is to raise
         self.marking = False     # the reducer's hooks mark parameters this backward
         self.unused = []         # find_unused_parameters: parameters the graph does not reach
         self.first_hook = True
@@ -453,6 +462,21 @@ class DdpTracker:
             S.fail("the comm hook", e)
         return fut
 
+    def defer(self, exc):
+        """The bucket allreduce's error exc, on the collective's thread: True when our
+        torch.autograd.backward runs this backward, which then raises exc itself once the
+        reducer is done (it waits for every bucket's future before backward returns), the bucket
+        handed back as it is. The job sees the collective's own error, as without ddpdbg, where
+        the reducer's C++ hook raises it from backward. A Python future cannot carry it there:
+        torch 1.13's Future.set_exception stores the exception as the future's value, which the
+        reducer reads as a Tensor ("Unable to cast <the error> to Tensor"), and a `then`
+        callback that raises prefixes "Got the following error when running the callback"."""
+        if not self.defer_errors:
+            return False
+        if self.deferred_error is None:
+            self.deferred_error = exc
+        return True
+
     def bucket_launched(self, b, numel):
         """COLL_LAUNCH of bucket b, whose allreduce the group has just issued; its seq."""
         S = self.S
@@ -467,10 +491,9 @@ class DdpTracker:
 
     def default_allreduce(self, bucket):
         """The reducer's default: gradients times 1 / world, then a SUM allreduce on DDP's group.
-        The future handed back is completed by us with the bucket, or with the collective's own
-        exception: a Python `then` would wrap that error's text ("Got the following error when
-        running the callback"), which the job would then see instead of PyTorch's. CUDA
-        buffers: the future names the device, so that its waiters sync with the NCCL stream."""
+        The future handed back is completed by us with the bucket; when the collective fails,
+        its error is deferred to our backward (defer), else set on the future. CUDA buffers:
+        the future names the device, so that its waiters sync with the NCCL stream."""
         S = self.S
         buffer = bucket.buffer()
         buffer.mul_(1.0 / self.pg.size())
@@ -500,7 +523,7 @@ class DdpTracker:
                     S.done(it, seq, P.OP_ALLREDUCE, b, numel, "bucket", exc)
                 except Exception as e:
                     S.fail("a bucket's completion", e)
-            if exc is not None:
+            if exc is not None and not self.defer(exc):
                 result.set_exception(exc)
             else:
                 result.set_result(buffer)
