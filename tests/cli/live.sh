@@ -98,7 +98,10 @@ sock="$tmp/tmux2.sock"
 # --- a hang, live: the watchdog's banner, then q stops the run --------------------------------
 tm new-session -d -s live -x 100 -y 30 \
     "$ddpdbg run --nproc-per-node 2 --master-port $((20000 + RANDOM % 12000)) --hang-timeout 2 --trace $tmp/t2 -- $args epochs=2 fault=skip_backward:rank=1,iter=1; echo EXIT=\$? >$tmp/rc2; sleep 60"
-check "the HANG banner" wait_for "HANG  rank 1 waits in collective #12" 30
+# Both ranks wait in their #12 (rank 0 in bucket 0's allreduce, rank 1 in iteration 2's buffer
+# broadcast); the banner names the one that has waited longest, usually rank 1 (it skipped the
+# backward), rank 0 when the machine's load held rank 1 back (seen under 2 busy loops).
+check "the HANG banner" wait_for "HANG  rank [01] waits in collective #12" 30
 tm send-keys -t live 1
 check "the Ranks view: both ranks waiting" wait_for "^   1  waiting" 5
 check "the Ranks view: both ranks waiting" [ "$(grep -c "waiting" "$tmp/screen")" -ge 2 ]
