@@ -332,6 +332,17 @@ static int roll_back_hot_journal(const char *path, char *msg, size_t len) {
     return rc == SQLITE_OK ? 0 : -1;
 }
 
+// Opens path read-only into *db and reads its user_version: SQLITE_OK, else SQLite's code
+// (*db's extended code says more) with msg set when even the open failed.
+static int open_read_only(const char *path, sqlite3 **db, int64_t *version, char *msg,
+                          size_t len) {
+    if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        snprintf(msg, len, "trace %s cannot be opened: %s", path, sqlite3_errmsg(*db));
+        return SQLITE_CANTOPEN;
+    }
+    return query_int(*db, "PRAGMA user_version", version);
+}
+
 // probe_db_check, and for a trace about to be written into (for_writing) integrity_check in
 // place of quick_check: it also compares every index with its table. A reader survives an
 // index that lacks rows (a query misses them); a write through one corrupts the table (an
@@ -347,21 +358,14 @@ static int db_check(const char *path, bool for_writing, char *err, size_t errlen
         snprintf(msg, sizeof msg, "trace %s: %s", path, strerror(errno));
         goto done;
     }
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        snprintf(msg, sizeof msg, "trace %s cannot be opened: %s", path, sqlite3_errmsg(db));
-        goto done;
-    }
-    int rc = query_int(db, "PRAGMA user_version", &version);
-    if (rc != SQLITE_OK && sqlite3_extended_errcode(db) == SQLITE_READONLY_ROLLBACK) {
+    int rc = open_read_only(path, &db, &version, msg, sizeof msg);
+    if (rc != SQLITE_OK && !msg[0] && sqlite3_extended_errcode(db) == SQLITE_READONLY_ROLLBACK) {
         sqlite3_close(db);
         db = NULL;
         if (roll_back_hot_journal(path, msg, sizeof msg) < 0) goto done;
-        if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-            snprintf(msg, sizeof msg, "trace %s cannot be opened: %s", path, sqlite3_errmsg(db));
-            goto done;
-        }
-        rc = query_int(db, "PRAGMA user_version", &version);
+        rc = open_read_only(path, &db, &version, msg, sizeof msg);
     }
+    if (msg[0]) goto done;
     if (rc != SQLITE_OK) {
         snprintf(msg, sizeof msg, "trace %s %s: %s", path,
                  (rc & 0xff) == SQLITE_CORRUPT ? "is corrupt or truncated"

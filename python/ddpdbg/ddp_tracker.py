@@ -105,11 +105,10 @@ def install(S):
         try:
             result = orig_backward(*args, **kwargs)
         except Exception as e:
-            tracker.defer_errors, tracker.deferred_error = False, None
             tracker.guard(tracker.backward_failed, e)
             raise
-        exc = tracker.deferred_error
-        tracker.defer_errors, tracker.deferred_error = False, None
+        finally:  # whatever ended the backward (an interrupt too), nothing stays deferred
+            exc, tracker.defer_errors, tracker.deferred_error = tracker.deferred_error, False, None
         if exc is not None:  # a bucket's allreduce failed: raised where the reducer would
             tracker.guard(tracker.backward_failed, exc)
             raise exc
