@@ -419,6 +419,9 @@ typedef struct DeformCase {
 } DeformCase;
 
 static const DeformCase small = {2, 2, 3, 2, 2, 3, {3, 4, 2, 2}};
+// RT-DETR's 32 channels a head: deform_attn.c compiles this width apart (a constant channel
+// count, whole vectors), so it is checked on its own.
+static const DeformCase wide = {1, 2, 32, 2, 2, 3, {3, 4, 2, 2}};
 
 static int64_t case_tokens(const DeformCase *c) {
     int64_t n = 0;
@@ -480,18 +483,19 @@ static void deform_reference(Tape *t, const DeformCase *c, Tensor *const *in, fl
     }
 }
 
-static void test_deform_forward(void) {
+static void test_deform_forward(const DeformCase *c) {
     Arena a;
-    arena_init(&a, DEV_CPU, 1 << 16);
+    arena_init(&a, DEV_CPU, 1 << 18);
     Tape t;
     tape_init(&t, &a, 1);
     Tensor *in[3];
-    make_deform_inputs(&small, in, 40);
-    Tensor *y = fwd_deform(&t, in, (void *)&small);
-    EXPECT(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 6,
+    make_deform_inputs(c, in, 40);
+    Tensor *y = fwd_deform(&t, in, (void *)c);
+    EXPECT(y->ndim == 3 && y->shape[0] == c->B && y->shape[1] == c->Lq &&
+               y->shape[2] == c->NH * c->D,
            "msdeform_attn output shape");
     float *ref = xmalloc(sizeof(float) * (size_t)y->n);
-    deform_reference(&t, &small, in, ref);
+    deform_reference(&t, c, in, ref);
     int nonzero = 0;
     for (int64_t i = 0; i < y->n; i++) {
         EXPECT_NEAR(y->data[i], ref[i], 1e-6, 1e-6);
@@ -515,6 +519,9 @@ static void test_deform_grads(void) {
     in[1]->requires_grad = false;
     EXPECT(gradcheck("msdeform_attn_b1", fwd_deform, (void *)&one, in, 3, o) == 0,
            "msdeform_attn (B=1, constant locations) gradcheck");
+    make_deform_inputs(&wide, in, 80);
+    EXPECT(gradcheck("msdeform_attn_d32", fwd_deform, (void *)&wide, in, 3, o) == 0,
+           "msdeform_attn (32 channels a head) gradcheck");
 }
 
 // Forward and backward at RT-DETR-like widths give bit-identical results on 1 and 4 threads:
@@ -568,7 +575,8 @@ int main(void) {
     test_mha_threads();
     test_grid_sample_hand();
     test_grid_sample_grads();
-    test_deform_forward();
+    test_deform_forward(&small);
+    test_deform_forward(&wide);
     test_deform_grads();
     test_deform_threads();
     arena_free(&leaves);

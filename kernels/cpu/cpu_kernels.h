@@ -21,6 +21,30 @@
 #define CPU_VECTOR_CLONES
 #endif
 
+// Sums over short rows (a deformable-attention head's 32 channels, a LayerNorm row, a softmax
+// row) in SUM_LANES lanes: lane z adds elements z, z + SUM_LANES, ... (one AVX-512 register),
+// then lanes_sum adds the lanes pairwise, 4 additions deep, in the same order on every CPU.
+// An `omp simd` reduction ends by adding its 16 lanes one after another through memory: for
+// a 32-float row that tail cost as much as the row (the deformable-attention backward took
+// 5.2-5.9 ms a layer with three such reductions a sampling point, 3.2-3.5 ms with these).
+#define SUM_LANES 16
+typedef float SumLanes __attribute__((vector_size(SUM_LANES * sizeof(float))));
+
+// n <= SUM_LANES floats from p, the other lanes 0.
+static inline __attribute__((always_inline)) SumLanes load_lanes(const float *p, int n) {
+    SumLanes v = {0};
+    memcpy(&v, p, sizeof(float) * (size_t)n);
+    return v;
+}
+
+static inline __attribute__((always_inline)) float lanes_sum(SumLanes v) {
+    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    return v[0];
+}
+
 // ---- memory, threads (backend_cpu.c) ----
 void *alloc_cpu(size_t nbytes);
 void free_cpu(void *p);
