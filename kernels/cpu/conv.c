@@ -80,6 +80,23 @@ static void valid_range(int64_t off, int stride, int64_t n, int64_t n_out, int64
     *hi = MAX(*lo, MIN(b, n_out));
 }
 
+// Where tap (kh, kw) reaches inside the input: output (oh, ow) reads input row
+// oh*stride_h + offh and column ow*stride_w + off, inside for oh in [oh_lo, oh_hi) and ow in
+// [lo, hi).
+typedef struct TapReach {
+    int64_t offh, oh_lo, oh_hi, off, lo, hi;
+} TapReach;
+
+static TapReach tap_reach(const Geom *g, int kh, int kw) {
+    const Conv2dParams *p = &g->p;
+    TapReach r;
+    r.offh = (int64_t)kh * p->dil_h - p->pad_h;
+    r.off = (int64_t)kw * p->dil_w - p->pad_w;
+    valid_range(r.offh, p->stride_h, g->H, g->OH, &r.oh_lo, &r.oh_hi);
+    valid_range(r.off, p->stride_w, g->W, g->OW, &r.lo, &r.hi);
+    return r;
+}
+
 static bool is_pointwise(const Geom *g) {
     const Conv2dParams *p = &g->p;
     return g->KH == 1 && g->KW == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 0 &&
@@ -248,19 +265,16 @@ static void depthwise_fwd(KernelCtx *kc, const Geom *g, float *out, const float 
         float *op = out + bc * g->OH * g->OW;
         const float b0 = bias ? bias[c] : 0.0f;
         for (int64_t i = 0; i < g->OH * g->OW; i++) op[i] = b0;
-        for (int kh = 0; kh < g->KH; kh++) {
-            int64_t offh = (int64_t)kh * p->dil_h - p->pad_h, oh_lo, oh_hi;
-            valid_range(offh, p->stride_h, g->H, g->OH, &oh_lo, &oh_hi);
+        for (int kh = 0; kh < g->KH; kh++)
             for (int kw = 0; kw < g->KW; kw++) {
-                int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
-                valid_range(off, p->stride_w, g->W, g->OW, &lo, &hi);
+                const TapReach r = tap_reach(g, kh, kw);
                 const float wv = wc[kh * g->KW + kw];
-                for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-                    const float *xrow = xp + (oh * p->stride_h + offh) * g->W;
-                    axpy_gather(op + oh * g->OW + lo, wv, xrow + lo * sw + off, sw, hi - lo);
+                for (int64_t oh = r.oh_lo; oh < r.oh_hi; oh++) {
+                    const float *xrow = xp + (oh * p->stride_h + r.offh) * g->W;
+                    axpy_gather(op + oh * g->OW + r.lo, wv, xrow + r.lo * sw + r.off, sw,
+                                r.hi - r.lo);
                 }
             }
-        }
     }
 }
 
@@ -283,24 +297,18 @@ static void depthwise_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw, co
                 const int64_t bc = b * g->C + c;
                 const float *xp = x + bc * g->H * g->W, *dop = dout + bc * g->OH * g->OW;
                 float *dxp = dx ? dx + bc * g->H * g->W : NULL;
-                for (int kh = 0; kh < g->KH; kh++) {
-                    int64_t offh = (int64_t)kh * p->dil_h - p->pad_h, oh_lo, oh_hi;
-                    valid_range(offh, p->stride_h, g->H, g->OH, &oh_lo, &oh_hi);
-                    for (int kw = 0; kw < g->KW; kw++) {
-                        int64_t off = (int64_t)kw * p->dil_w - p->pad_w, lo, hi;
-                        valid_range(off, p->stride_w, g->W, g->OW, &lo, &hi);
-                        const int tap = kh * g->KW + kw;
-                        const float wv = w[c * g->KH * g->KW + tap];
-                        if (dw) memset(prod, 0, sizeof(float) * (size_t)MAX(hi - lo, 0));
-                        for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-                            const int64_t row = (oh * p->stride_h + offh) * g->W;
-                            const float *drow = dop + oh * g->OW + lo;
-                            const float *xrow = xp + row + lo * sw + off;
-                            if (dxp) axpy_scatter(dxp + row + lo * sw + off, sw, wv, drow, hi - lo);
-                            if (dw) mul_add_gather(prod, drow, xrow, sw, hi - lo);
-                        }
-                        if (dw) dw[c * g->KH * g->KW + tap] += sum_row(prod, hi - lo);
+                for (int tap = 0; tap < g->KH * g->KW; tap++) {
+                    const TapReach r = tap_reach(g, tap / g->KW, tap % g->KW);
+                    const int64_t n = r.hi - r.lo;
+                    const float wv = w[c * g->KH * g->KW + tap];
+                    if (dw) memset(prod, 0, sizeof(float) * (size_t)MAX(n, 0));
+                    for (int64_t oh = r.oh_lo; oh < r.oh_hi; oh++) {
+                        const int64_t at = (oh * p->stride_h + r.offh) * g->W + r.lo * sw + r.off;
+                        const float *drow = dop + oh * g->OW + r.lo;
+                        if (dxp) axpy_scatter(dxp + at, sw, wv, drow, n);
+                        if (dw) mul_add_gather(prod, drow, xp + at, sw, n);
                     }
+                    if (dw) dw[c * g->KH * g->KW + tap] += sum_row(prod, n);
                 }
             }
         }
