@@ -173,19 +173,11 @@ static float sum_row(const float *x, int64_t n) {
     return acc;
 }
 
-// sum_i x[i] * y[i * stride]
-static float dot_gather(const float *x, const float *y, int64_t stride, int64_t n) {
+// sum_i x[i] * y[i]
+static float dot_row(const float *x, const float *y, int64_t n) {
     float acc = 0.0f;
-    if (stride == 1) {
 #pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i];
-    } else if (stride == 2) {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i * 2];
-    } else {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < n; i++) acc += x[i] * y[i * stride];
-    }
+    for (int64_t i = 0; i < n; i++) acc += x[i] * y[i];
     return acc;
 }
 
@@ -301,7 +293,7 @@ static void depthwise_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw, co
                     const TapReach r = tap_reach(g, tap / g->KW, tap % g->KW);
                     const int64_t n = r.hi - r.lo;
                     const float wv = w[c * g->KH * g->KW + tap];
-                    if (dw) memset(prod, 0, sizeof(float) * (size_t)MAX(n, 0));
+                    if (dw) memset(prod, 0, sizeof(float) * (size_t)n); // n >= 0: valid_range
                     for (int64_t oh = r.oh_lo; oh < r.oh_hi; oh++) {
                         const int64_t at = (oh * p->stride_h + r.offh) * g->W + r.lo * sw + r.off;
                         const float *drow = dop + oh * g->OW + r.lo;
@@ -395,7 +387,7 @@ static void depthwise_s1_bwd(KernelCtx *kc, const Geom *g, float *dx, float *dw,
                     for (int kh = 0; kh < g->KH; kh++)
                         for (int kw = 0; kw < g->KW; kw++)
                             dw[c * taps + kh * g->KW + kw] +=
-                                dot_gather(dpw, xp + tap_offset(g, &q, kh, kw), 1, q.L);
+                                dot_row(dpw, xp + tap_offset(g, &q, kh, kw), q.L);
                 }
                 if (!dx) continue;
                 memset(dxp, 0, sizeof(float) * (size_t)plane);

@@ -21,12 +21,13 @@
 #define CPU_VECTOR_CLONES
 #endif
 
-// Sums over short rows (a deformable-attention head's 32 channels, a LayerNorm row, a softmax
-// row) in SUM_LANES lanes: lane z adds elements z, z + SUM_LANES, ... (one AVX-512 register),
-// then lanes_sum adds the lanes pairwise, 4 additions deep, in the same order on every CPU.
-// An `omp simd` reduction ends by adding its 16 lanes one after another through memory: for
-// a 32-float row that tail cost as much as the row (the deformable-attention backward took
-// 5.2-5.9 ms a layer with three such reductions a sampling point, 3.2-3.5 ms with these).
+// Sums over short rows (a deformable-attention head's 32 channels) in SUM_LANES lanes: lane z
+// adds elements z, z + SUM_LANES, ... (one AVX-512 register), then lanes_sum adds the lanes
+// pairwise, 4 additions deep, in the same order on every CPU. An `omp simd` reduction ends by
+// adding its 16 lanes one after another through memory: for a 32-float row that tail cost as
+// much as the row (the deformable-attention backward took 5.2-5.9 ms a layer with three such
+// reductions a sampling point, 3.2-3.7 ms with these). Long rows (softmax, norms) gain
+// nothing and keep `omp simd`.
 #define SUM_LANES 16
 typedef float SumLanes __attribute__((vector_size(SUM_LANES * sizeof(float))));
 
