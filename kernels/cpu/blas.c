@@ -6,7 +6,7 @@
  * 2. The OpenMP build (libopenblas0-openmp) shares our kernels' OpenMP thread pool; the default
  *    pthread build keeps threads of its own that spin against ours on a 2-core machine. We
  *    load the OpenMP build when it is installed, else the default one.
- * blas_sgemm and blas_set_threads are the only entry points; kernels/cpu/gemm.c uses them. */
+ * blas_sgemm, blas_set_threads and blas_openmp are the entry points; kernels/cpu/gemm.c uses them. */
 #include "kernels/cpu/blas.h"
 
 #include <cpuid.h>
@@ -19,10 +19,12 @@ typedef void (*SgemmFn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANS
                         int, float, const float *, int, const float *, int, float, float *, int);
 typedef void (*SetThreadsFn)(int);
 typedef char *(*CorenameFn)(void);
+typedef int (*ParallelFn)(void);
 
 static SgemmFn sgemm;
 static SetThreadsFn set_threads;
 static CorenameFn corename;
+static ParallelFn parallel_kind;
 static const char *loaded_path;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -56,6 +58,7 @@ static void load(void) {
     sgemm = (SgemmFn)dlsym(h, "cblas_sgemm");
     set_threads = (SetThreadsFn)dlsym(h, "openblas_set_num_threads");
     corename = (CorenameFn)dlsym(h, "openblas_get_corename");
+    parallel_kind = (ParallelFn)dlsym(h, "openblas_get_parallel");
     if (!sgemm || !set_threads) DIE(1, "%s lacks cblas_sgemm or openblas_set_num_threads", loaded_path);
 }
 
@@ -69,6 +72,11 @@ void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
 void blas_set_threads(int n) {
     pthread_once(&once, load);
     set_threads(n);
+}
+
+bool blas_openmp(void) {
+    pthread_once(&once, load);
+    return parallel_kind && parallel_kind() == 2; // 0 sequential, 1 pthreads, 2 OpenMP
 }
 
 const char *blas_describe(void) {

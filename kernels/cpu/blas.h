@@ -12,6 +12,9 @@ void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
 // OpenBLAS's own thread count (shares the OpenMP pool when the OpenMP build is loaded).
 void blas_set_threads(int n);
+// True when the loaded OpenBLAS is the OpenMP build: called inside one of our parallel regions
+// it runs single-threaded on the calling thread (the pthread build would start its own).
+bool blas_openmp(void);
 // "OpenBLAS <path> core <name>", for logs and benchmarks.
 const char *blas_describe(void);
 
