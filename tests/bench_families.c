@@ -18,9 +18,9 @@
  * node's backward is timed); "recompute" is the time backward spends rebuilding what the
  * forward dropped (tape_drop, timed per call); "engine" is backward time outside any node
  * and recompute. The 12 slowest backward nodes follow, each with its output (and weight)
- * shape and its own distance to the limit. The limit is the
- * FLOPs at the rate OpenBLAS's sgemm reaches here on a 1024^3 product (the best of RATE_REPS,
- * measured right before and right after the profiled step; the higher of the two):
+ * shape and its own distance to the limit. The limit is the FLOPs at the rate the CPU
+ * backend's gemm (OpenBLAS, one panel a thread) reaches here on a 1024^3 product (the best of
+ * RATE_REPS, measured right before and right after the profiled step; the higher of the two):
  * "x limit" = time / (FLOPs / that rate).
  * Memory: parameters, their gradients, AdamW's two moments, EMA, the step arena's peak
  * (activations, their gradients, the loss's tensors; data and host halves), at the loss the op

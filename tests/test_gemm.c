@@ -11,6 +11,7 @@
 
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "trainer/rng.h"
 
 #define PAD 5        // extra columns of every matrix's leading dimension
 #define SENTINEL 7.5f // what the padding holds before and must hold after
@@ -27,16 +28,13 @@ static const Shape shapes[] = {
     {120, 100, 100}, {9, 9, 9},       {300, 12, 40},
 };
 
-static uint64_t lcg(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 33;
-}
-
+// rows x cols uniform in [-1, 1), rows ld apart, the padding SENTINEL.
 static float *matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+    Rng r;
+    rng_init(&r, seed);
     float *m = xmalloc(sizeof(float) * (size_t)(rows * ld));
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < ld; j++)
-            m[i * ld + j] = j < cols ? (float)((int)(lcg(&seed) % 2001) - 1000) / 1000.0f : SENTINEL;
+        for (int64_t j = 0; j < ld; j++) m[i * ld + j] = j < cols ? rng_range(&r, -1.0f, 1.0f) : SENTINEL;
     return m;
 }
 

@@ -36,8 +36,9 @@ static bool split_gemm(int threads, bool trans_a, bool trans_b, int64_t M, int64
     const bool by_rows = M >= N;
     const int64_t side = by_rows ? M : N, block = by_rows ? PANEL_ROWS : PANEL_COLS;
     const double rest = (double)(by_rows ? N : M) * (double)K; // multiply-adds per unit of side
+    // fewer panels until the smallest (its side rounded down to blocks) is above SMALL_MNK
     int panels = (int)MIN((int64_t)threads, side / block);
-    while (panels > 1 && (double)(side / panels - block) * rest <= SMALL_MNK) panels--; // smallest
+    while (panels > 1 && (double)(side / panels - block) * rest <= SMALL_MNK) panels--;
     if (panels < 2 || omp_in_parallel() || !blas_openmp()) return false;
 #pragma omp parallel for num_threads(panels) schedule(static, 1)
     for (int p = 0; p < panels; p++) {
