@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "kernels/base.h"
+#include "kernels/cpu/blas.h"
 #include "tests/bench_stats.h"
 #include "trainer/nn/cdn.h"
 #include "trainer/nn/loss.h"
@@ -326,9 +327,10 @@ int main(void) {
     n_timed = 0;
     StepTimes st = run_step(&b, true);
     double rate_after = gemm_rate(&b.t.kc, be), rate = MAX(rate_before, rate_after);
-    printf("\nlimit: sgemm 1024^3 at %.1f GFLOP/s (OpenBLAS, 2 threads; best of %d products "
-           "before the profiled step, %.1f after)\n", rate_before * 1e-9, RATE_REPS,
-           rate_after * 1e-9);
+    const char *core = blas_core();
+    printf("\nlimit: sgemm 1024^3 at %.1f GFLOP/s (OpenBLAS core %s, 2 threads; best of %d "
+           "products before the profiled step, %.1f after)\n", rate_before * 1e-9,
+           core ? core : "(its own choice)", RATE_REPS, rate_after * 1e-9);
     double total = st.fwd + st.loss + st.bwd + st.optim;
     double fwd[F_N] = {0}, flops[F_N] = {0};
     int64_t fwd_ticks = 0;

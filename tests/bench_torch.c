@@ -13,6 +13,8 @@
  * PyTorch's is bench_step.py's "step" line (forward+loss, backward, optimizer).
  * BENCH_TORCH_RANKS=2: both sides as 2 DDP ranks on this machine (ours: two forked ranks over
  * Gloo, PyTorch: --ddp --nproc 2), batch and threads per rank; a step is rank 0's.
+ * Both sides' OpenBLAS run the core ours chooses (blas_core): PyTorch's through
+ * OPENBLAS_CORETYPE, set for its processes.
  * Overrides: BENCH_TORCH_MODEL (rtdetr-l), _IMGSZ (320), _BATCH (2), _THREADS (2), _ROUNDS (3),
  * _STEPS (4), _RANKS (1). Skipped, exit 0 with a line saying why, when /usr/bin/python3 cannot import
  * torch or tests/torch is not below the working directory. Exit 1 only if a run fails. */
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "kernels/base.h"
+#include "kernels/cpu/blas.h"
 #include "tests/bench_stats.h"
 #include "tests/ddp_harness.h"
 #include "trainer/data/synth.h"
@@ -245,12 +248,18 @@ int main(void) {
     c.log = fopen("/dev/null", "w");
     c.on_step = on_step;
 
+    // Both sides' OpenBLAS run the same core: ours picks it from cpuid (kernels/cpu/blas.c),
+    // PyTorch's follows OPENBLAS_CORETYPE, which machines often set to an older core for every
+    // program. PyTorch's convolutions are oneDNN's, which picks its instructions itself.
+    const char *core = blas_core();
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1);
     char load[128];
     load_line(load, sizeof load);
     printf("bench_torch: %s %d px, batch %d, %d threads%s, %d rounds of ours then PyTorch (%d "
-           "warm-up + %d timed steps a block), %d train images; load at start %s\n",
+           "warm-up + %d timed steps a block), %d train images; OpenBLAS core %s on both sides; "
+           "load at start %s\n",
            model, imgsz, batch, threads, ranks > 1 ? " per rank x 2 DDP ranks" : "", rounds, WARMUP,
-           steps, sum->n_train, load);
+           steps, sum->n_train, core ? core : "(OpenBLAS's own choice)", load);
     Side *ours = xcalloc(1, sizeof *ours), *torch = xcalloc(1, sizeof *torch);
     int rc = 0;
     for (int r = 0; r < rounds && rc == 0; r++) {
