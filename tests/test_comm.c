@@ -1,19 +1,15 @@
 /* test_comm.c -- the Gloo process group across real processes on 127.0.0.1 (2 and 3 ranks):
  * allreduce sums, two async allreduces in flight, broadcast from a non-zero root, allgather,
- * barrier, sequence numbers that agree across ranks, a peer that exits early making the
- * survivor's wait fail with a message instead of hanging, and the group's worker thread
- * ("ddpdbg-gloo") at nice -10 where the OS lets a process raise priority, else at the process's. Ranks are fork()ed before any
+ * barrier, sequence numbers that agree across ranks, and a peer that exits early making the
+ * survivor's wait fail with a message instead of hanging. Ranks are fork()ed before any
  * store or Gloo thread exists; each child reports through its exit status. */
 #include "trainer/dist/comm.h"
 
 #include "tests/ddp_harness.h" // harness_free_port
 #include "tests/expect.h"
 
-#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -65,49 +61,8 @@ static int run_ranks(int world, int timeout_ms, void (*body)(ProcessGroup *, Sto
     return failed;
 }
 
-// The nice value of this process's thread named name (its /proc stat's 19th field), or 99
-// when no thread has that name.
-static int thread_nice(const char *name) {
-    DIR *d = opendir("/proc/self/task");
-    int nice = 99;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char path[300], comm[64] = "", stat[1024] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
-        fclose(f);
-        comm[strcspn(comm, "\n")] = 0;
-        if (strcmp(comm, name)) continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-        if (!(f = fopen(path, "r"))) continue;
-        if (fgets(stat, sizeof stat, f)) {
-            const char *p = strrchr(stat, ')'); // fields after the name: state is field 3
-            int field = 2;
-            for (; p && *p && field < 19; p++) field += *p == ' ';
-            if (p) nice = atoi(p);
-        }
-        fclose(f);
-    }
-    if (d) closedir(d);
-    return nice;
-}
-
-// Whether this process may raise a thread's priority (a child tries it).
-static bool may_raise_priority(void) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(setpriority(PRIO_PROCESS, 0, -10) == 0 ? 0 : 1);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
 static void collectives(ProcessGroup *pg, Store *s) {
     (void)s;
-    int want_nice = may_raise_priority() ? -10 : getpriority(PRIO_PROCESS, 0);
-    int got_nice = thread_nice("ddpdbg-gloo");
-    EXPECT(got_nice == want_nice, "the group's worker thread: nice %d, want %d (99: not found)",
-           got_nice, want_nice);
     int rank = pg_rank(pg), world = pg_world(pg);
     char err[512];
     EXPECT(pg_seq(pg) == 0, "fresh group seq %llu", (unsigned long long)pg_seq(pg));

@@ -1,7 +1,6 @@
 /* comm_gloo.cc -- the Gloo backend of comm.h (its PgOps table, pg_gloo_ops): a
  * gloo::rendezvous::Store adapter over our TCP Store, a full-mesh TCP context, and one worker
- * thread per group ("ddpdbg-gloo", ahead of the compute threads where the OS allows: see
- * WORKER_NICE) that runs queued collectives in launch order. The only C++ in the project;
+ * thread per group that runs queued collectives in launch order. The only C++ in the project;
  * every entry in the table catches every exception, turning it into the one-line error comm.h
  * promises. Not a Gloo wrapper in general: float sum, broadcast, byte allgather and barrier. */
 // store.h is plain C without extern "C" guards; its functions have C linkage.
@@ -22,10 +21,7 @@ extern "C" {
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -178,19 +174,7 @@ static void finish(WorkState &w, std::string error) {
     w.cv.notify_all();
 }
 
-// The worker's nice value, where the process may raise priority (root, CAP_SYS_NICE or
-// RLIMIT_NICE); elsewhere it keeps the process's. A rank's compute threads and its worker
-// share the cores, and the scheduler gave the worker an even share: a bucket launched late in
-// backward was still being sent when backward ended, and the last bucket queued behind it.
-// Ahead of the compute threads (rtdetr-l at 160 px, 2 ranks of 1 thread on 2 cores,
-// bench_ddp, two runs each way alternating): the last bucket's allreduce 17-20 ms instead of
-// 30-33, the part of the allreduce hidden behind backward 86 % instead of 80-81 %, the DDP step
-// 406-409 ms instead of 419-426. The worker only waits and copies, so it takes little from them.
-#define WORKER_NICE (-10)
-
 static void worker_loop(GlooGroup *g) {
-    pthread_setname_np(pthread_self(), "ddpdbg-gloo");
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE); // best effort (above)
     for (;;) {
         std::shared_ptr<WorkState> w;
         std::string broken;
