@@ -21,9 +21,10 @@ void blas_set_threads(int n);
 // it runs single-threaded on the calling thread (the pthread build would start its own).
 bool blas_openmp(void);
 // True when the loaded core's results do not depend on where C is cut into panels at
-// kernels/cpu/gemm.c's edges (16 columns, 8 rows): SkylakeX and Cooperlake (measured). Haswell's
-// kernels round a column panel's remainder differently and need 24-row edges, so there a
-// product's last bits depend on the thread count.
+// kernels/cpu/gemm.c's edges (16 columns, 8 rows): SkylakeX and Cooperlake (measured). With
+// Haswell's kernels a cut by columns changed bits at every edge tried (multiples of 4 up to 96)
+// and a cut by rows unless at multiples of 24, so there a product's last bits depend on the
+// thread count.
 bool blas_panels_exact(void);
 // "OpenBLAS <path> core <name>", for logs and benchmarks.
 const char *blas_describe(void);
