@@ -4,10 +4,10 @@
  * accumulates; products that split into one panel per thread (rows or columns, ragged last
  * panels, fewer panels than threads) give the same bits on 1, 2 and 3 threads, and so do
  * products too small to split and calls from inside a parallel region, where the loaded
- * OpenBLAS core's results do not depend on the panels' edges (blas_panels_exact: SkylakeX). The core OpenBLAS loads
- * with (kernels/cpu/blas.c): the CPU's, whatever OPENBLAS_CORETYPE says, which the process's
- * environment keeps; DDPDBG_BLAS_CORE's when set; exit 2 with one line for a name it does not
- * know. (On an AVX2-only CPU the first case cannot tell ours from OPENBLAS_CORETYPE=Haswell.) */
+ * OpenBLAS core's results do not depend on the panels' edges (blas_panels_exact: SkylakeX).
+ * The core OpenBLAS loads with (kernels/cpu/blas.c): the CPU's, whatever OPENBLAS_CORETYPE
+ * says, which the process's environment keeps; DDPDBG_BLAS_CORE's when set; exit 2 with one
+ * line for a name it does not know. (On an AVX2-only CPU the first case cannot tell ours from OPENBLAS_CORETYPE=Haswell.) */
 #include <math.h>
 #include <omp.h>
 #include <strings.h>
@@ -95,8 +95,9 @@ static void test_layouts(void) {
                 EXPECT(bad == 0, "%lldx%lldx%lld %c%c beta %g: %d elements off the reference",
                        (long long)s.M, (long long)s.N, (long long)s.K, ta ? 'T' : 'N',
                        tb ? 'T' : 'N', beta, bad);
-                EXPECT(differ == 0 || !blas_panels_exact(), "%lldx%lldx%lld %c%c beta %g: %d elements differ between 1, 2 "
-                       "and 3 threads", (long long)s.M, (long long)s.N, (long long)s.K,
+                EXPECT(differ == 0 || !blas_panels_exact(),
+                       "%lldx%lldx%lld %c%c beta %g: %d elements differ between 1, 2 and 3 "
+                       "threads", (long long)s.M, (long long)s.N, (long long)s.K,
                        ta ? 'T' : 'N', tb ? 'T' : 'N', beta, differ);
                 EXPECT(padding == 0, "%lldx%lldx%lld: %d padding elements of C written",
                        (long long)s.M, (long long)s.N, (long long)s.K, padding);
@@ -122,7 +123,8 @@ static void test_inside_parallel(void) {
         differ[omp_get_thread_num()] = memcmp(got, want, sizeof(float) * (size_t)(s.M * s.N)) != 0;
         free(got);
     }
-    EXPECT((!differ[0] && !differ[1]) || !blas_panels_exact(), "inside a parallel region: thread 0 %s, thread 1 %s",
+    EXPECT((!differ[0] && !differ[1]) || !blas_panels_exact(),
+           "inside a parallel region: thread 0 %s, thread 1 %s",
            differ[0] ? "differs" : "equal", differ[1] ? "differs" : "equal");
     free(A);
     free(B);
@@ -197,11 +199,13 @@ static void test_core_choice(void) {
     int rc = load_in_child("Haswell", NULL, out, sizeof out, err, sizeof err);
     snprintf(want, sizeof want, "%s Haswell", cpu ? cpu : "Haswell");
     EXPECT(rc == 0 && !strcasecmp(out, want),
-           "OPENBLAS_CORETYPE=Haswell on a CPU for %s: exit %d, loaded and left \"%s\", want \"%s\"",
+           "OPENBLAS_CORETYPE=Haswell on a CPU for %s: exit %d, loaded and left \"%s\", want "
+           "\"%s\"",
            cpu ? cpu : "(none)", rc, out, want);
     rc = load_in_child(NULL, "haswell", out, sizeof out, err, sizeof err);
     EXPECT(rc == 0 && !strcasecmp(out, "Haswell -"),
-           "DDPDBG_BLAS_CORE=haswell: exit %d, loaded and left \"%s\", want \"Haswell -\"", rc, out);
+           "DDPDBG_BLAS_CORE=haswell: exit %d, loaded and left \"%s\", want \"Haswell -\"", rc,
+           out);
     rc = load_in_child(NULL, "Pentium", out, sizeof out, err, sizeof err);
     EXPECT(rc == 2 && strstr(err, "DDPDBG_BLAS_CORE=Pentium: expected one of"),
            "DDPDBG_BLAS_CORE=Pentium: exit %d, stderr \"%s\"", rc, err);

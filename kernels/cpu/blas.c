@@ -59,30 +59,45 @@ static Isa isa(void) {
     return r;
 }
 
-// The cores DDPDBG_BLAS_CORE may name (OpenBLAS 0.3.21's names for x86-64, newest first) and
-// what each needs.
-static const struct {
+// The cores DDPDBG_BLAS_CORE may name (OpenBLAS 0.3.21's names for x86-64, newest first), what
+// each needs, and whether its results are the same bits however gemm.c cuts C into panels
+// (blas_panels_exact; measured for SkylakeX, Cooperlake and Haswell).
+typedef struct Core {
     const char *name;
-    bool avx2, avx512;
-} cores[] = {
-    {"Cooperlake", true, true}, {"SkylakeX", true, true}, {"Zen", true, false},
-    {"Haswell", true, false},   {"Sandybridge", false, false}, {"Nehalem", false, false},
-    {"Prescott", false, false},
+    bool avx2, avx512, panels_exact;
+} Core;
+
+static const Core cores[] = {
+    {"Cooperlake", true, true, true},    {"SkylakeX", true, true, true},
+    {"Zen", true, false, false},         {"Haswell", true, false, false},
+    {"Sandybridge", false, false, false}, {"Nehalem", false, false, false},
+    {"Prescott", false, false, false},
 };
+#define N_CORES (sizeof cores / sizeof *cores)
+
+// The entry of cores named name (any case), or NULL.
+static const Core *core_named(const char *name) {
+    for (size_t i = 0; i < N_CORES; i++)
+        if (!strcasecmp(name, cores[i].name)) return &cores[i];
+    return NULL;
+}
 
 const char *blas_core(void) {
     const char *want = getenv("DDPDBG_BLAS_CORE");
     Isa cpu = isa();
     if (want && *want) {
-        for (size_t i = 0; i < sizeof cores / sizeof *cores; i++) {
-            if (strcasecmp(want, cores[i].name)) continue;
-            if ((cores[i].avx512 && !cpu.avx512) || (cores[i].avx2 && !cpu.avx2))
-                DIE(2, "DDPDBG_BLAS_CORE=%s: this CPU (or its OS) lacks the %s that core needs",
-                    want, cores[i].avx512 ? "AVX-512" : "AVX2");
-            return cores[i].name;
+        const Core *c = core_named(want);
+        if (!c) {
+            char names[256] = "";
+            for (size_t i = 0; i < N_CORES; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         i ? ", " : "", cores[i].name);
+            DIE(2, "DDPDBG_BLAS_CORE=%s: expected one of %s", want, names);
         }
-        DIE(2, "DDPDBG_BLAS_CORE=%s: expected one of Cooperlake, SkylakeX, Zen, Haswell, "
-               "Sandybridge, Nehalem, Prescott", want);
+        if ((c->avx512 && !cpu.avx512) || (c->avx2 && !cpu.avx2))
+            DIE(2, "DDPDBG_BLAS_CORE=%s: this CPU (or its OS) lacks the %s that core needs", want,
+                c->avx512 ? "AVX-512" : "AVX2");
+        return c->name;
     }
     return cpu.avx512 ? "SkylakeX" : cpu.avx2 ? "Haswell" : NULL;
 }
@@ -132,8 +147,8 @@ bool blas_openmp(void) {
 
 bool blas_panels_exact(void) {
     pthread_once(&once, load);
-    const char *c = corename ? corename() : "";
-    return !strcasecmp(c, "SkylakeX") || !strcasecmp(c, "Cooperlake");
+    const Core *c = corename ? core_named(corename()) : NULL;
+    return c && c->panels_exact;
 }
 
 const char *blas_describe(void) {
